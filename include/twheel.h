@@ -1,0 +1,265 @@
+/*
+ * twheel: a hierarchical timing wheel for very large numbers of timers.
+ *
+ * A tw_timer holds pending tasks (a deadline, a callback and its argument).
+ * Tasks live in cascading wheels whose tick grows by a factor of
+ * `wheel_size` per level; every non-empty bucket sits in one binary heap
+ * (the delay queue) keyed by its expiration, so the clock jumps straight to
+ * the next occupied bucket and no empty tick is ever visited.
+ *
+ * Guarantees (see src/wheel.c for where each is enforced):
+ *   - a task never fires before its deadline: deadlines are rounded UP to
+ *     the tick;
+ *   - in manual mode a task fires at the first tw_advance(now) with
+ *     now >= its deadline rounded up to the tick, so at most one tick late
+ *     for a caller that advances to tw_next_deadline();
+ *   - tasks whose deadlines are a tick or more apart fire in deadline order;
+ *     tasks due in the same tick fire in a deterministic order (the order in
+ *     which they reached the finest wheel);
+ *   - schedule and cancel are O(1) and allocate nothing once the entry pool
+ *     is warm (keyed and periodic tasks also reuse pooled records);
+ *   - ids are never reissued: a stale id is answered with -ENOENT and
+ *     touches nothing;
+ *   - on any error the timer is left exactly as it was.
+ *
+ * Time is uint64_t nanoseconds on the timer's clock (CLOCK_MONOTONIC unless
+ * an injectable clock is given). Errors are negative errno values.
+ *
+ * Thread-safety: a manual-mode timer (the default) is not thread-safe; use
+ * it from one thread at a time, like a libuv loop. A threaded timer
+ * (options.threaded = 1) may be used from any thread at any time; see
+ * "Threaded mode" below.
+ */
+#ifndef TWHEEL_H
+#define TWHEEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TW_API
+#else
+#define TW_API __attribute__((visibility("default")))
+#endif
+
+#define TW_VERSION_MAJOR 0
+#define TW_VERSION_MINOR 1
+#define TW_VERSION_PATCH 0
+
+typedef struct tw_timer tw_timer;
+
+/* A task handle. 0 never names a task; an id is never reissued. */
+typedef uint64_t tw_id;
+
+/* A task callback: the timer, the task's id and the arg given at schedule. */
+typedef void (*tw_fn)(tw_timer *t, tw_id id, void *arg);
+
+/* Allocation hook. Every allocation twheel makes goes through it. Both
+ * functions set, or both NULL for the default allocator (libc malloc, or
+ * jemalloc when built with -Djemalloc=enabled). free is never given NULL. */
+struct tw_allocator {
+    void *(*alloc)(void *ctx, size_t size);
+    void (*free)(void *ctx, void *p);
+    void *ctx;
+};
+
+struct tw_options {
+    uint64_t tick_ns;             /* level-0 tick; default 1 ms (1000000) */
+    uint32_t wheel_size;          /* slots per level: power of two in
+                                     [2, TW_MAX_WHEEL_SIZE]; default 64 */
+    uint64_t max_pending;         /* 0 = unbounded; else schedule beyond it
+                                     returns -EAGAIN */
+    uint64_t (*clock)(void *ctx); /* NULL = CLOCK_MONOTONIC in ns */
+    void *clock_ctx;
+    struct tw_allocator allocator; /* all NULL = the default allocator */
+    int threaded;                 /* 0 = manual (default); 1 = a driver
+                                     thread advances the timer itself */
+    uint32_t workers;             /* threaded only: 0 = callbacks run on the
+                                     driver thread; N = on N worker threads */
+    uint32_t shards;              /* threaded only: independent engine
+                                     shards, each with its own lock;
+                                     0 = one per CPU (at most 64) */
+};
+
+#define TW_MAX_WHEEL_SIZE (1u << 20)
+
+/* Periodic flags (exactly one). */
+#define TW_FIXED_RATE  1 /* next deadline = previous deadline + period.
+                            Missed periods are skipped, not fired in a
+                            burst: the task fires once, late, and its next
+                            deadline is the first previous + k * period that
+                            lies after the current time. */
+#define TW_FIXED_DELAY 2 /* next deadline = time the callback returned +
+                            period (manual mode: the timer's current time). */
+
+struct tw_stats {
+    uint64_t pending;        /* tasks scheduled and not yet fired, cancelled
+                                or drained (a periodic task counts until it
+                                is cancelled) */
+    uint64_t scheduled;      /* successful schedule calls of every kind */
+    uint64_t fired;          /* callbacks run (each periodic firing counts) */
+    uint64_t cancelled;      /* tasks removed by cancel, keyed replacement or
+                                cancel_keyed */
+    uint64_t drained;        /* tasks handed back by tw_drain / tw_stop */
+    uint64_t cascaded;       /* re-insertions of a task from a coarse bucket
+                                into a finer one */
+    uint64_t rejected;       /* schedules refused for max_pending */
+    uint64_t levels;         /* wheel levels created so far */
+    uint64_t queued_buckets; /* non-empty buckets in the delay queue now */
+    uint64_t advances;       /* tw_advance calls (threaded: driver wake-ups
+                                that advanced the clock) */
+    uint64_t bucket_pops;    /* buckets taken off the delay queue */
+    uint64_t memory_bytes;   /* bytes the timer holds from its allocator */
+    uint64_t entry_bytes;    /* bytes per task slot (entry + generation) */
+    uint64_t retired_slots;  /* slots whose generation wrapped: never reused,
+                                so that no id is ever reissued */
+    /* Lateness of fired tasks: firing time minus deadline, in ns (never
+     * negative). Manual mode measures against the time given to
+     * tw_advance; threaded mode against the clock read before dispatch. */
+    uint64_t late_max_ns;
+    uint64_t late_p50_ns;    /* upper bound of the histogram bucket (powers */
+    uint64_t late_p99_ns;    /* of two) holding the percentile */
+};
+
+/* Fills *o with the defaults. Always succeeds. */
+TW_API void tw_options_init(struct tw_options *o);
+
+/* Creates a timer. o may be NULL for the defaults. Returns 0 and sets *out,
+ * or -EINVAL (out NULL, tick_ns 0, wheel_size not a power of two in
+ * [2, TW_MAX_WHEEL_SIZE], only one allocator function set, workers or
+ * shards without threaded), -ENOMEM, or (threaded) a pthread error.
+ * The options are copied. */
+TW_API int tw_create(tw_timer **out, const struct tw_options *o);
+
+/* Destroys a timer; a threaded timer is stopped first (pending tasks are
+ * dropped unfired: call tw_stop first to get them back). NULL is a no-op.
+ * Must not be called from a callback of the same timer. */
+TW_API void tw_destroy(tw_timer *t);
+
+/* Schedules fn(t, id, arg) to run delay_ns after the timer's current time
+ * (tw_now). A delay that would overflow is clamped to the far future
+ * (UINT64_MAX ns). Sets *id when id is not NULL. Returns 0, -EINVAL (t or
+ * fn NULL), -EAGAIN (max_pending reached), -ENOMEM, or -ESHUTDOWN (stopped).
+ * O(1). */
+TW_API int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
+                       tw_id *id);
+
+/* Like tw_schedule, with an absolute deadline on the timer's clock. A
+ * deadline in the past fires at the next tw_advance. */
+TW_API int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn,
+                          void *arg, tw_id *id);
+
+/* Schedules a periodic task: first after first_delay_ns, then every
+ * period_ns, with flags TW_FIXED_RATE or TW_FIXED_DELAY. The same id names
+ * every firing; cancel it (from anywhere, its own callback included) to
+ * stop it. Returns 0, -EINVAL (period 0, flags not exactly one of the two),
+ * or the errors of tw_schedule. */
+TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
+                             uint64_t period_ns, int flags, tw_fn fn,
+                             void *arg, tw_id *id);
+
+/* Moves a pending task so that it fires delay_ns after tw_now (clamped as
+ * in tw_schedule). Its id stays the same. Called on a periodic task from
+ * its own callback, it sets the next firing. Returns 0, -ENOENT if the id
+ * is not pending, -EINVAL (t NULL), -ENOMEM (the task is left as it was). */
+TW_API int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns);
+
+/* Cancels a task. Returns 0 if it was pending (its callback will not run;
+ * for a periodic task running its callback right now: it will not run
+ * again), -ENOENT if it already fired, was cancelled, or never existed,
+ * -EINVAL if t is NULL. O(1). */
+TW_API int tw_cancel(tw_timer *t, tw_id id);
+
+/* Schedules a task under a key (a byte string, copied). A pending task
+ * under the same key is cancelled and replaced (its callback will not run;
+ * the new task gets a new id). The key is freed when the task fires or is
+ * cancelled. Returns 0, -EINVAL (key NULL or keylen 0), or the errors of
+ * tw_schedule; on error the old task stays pending. */
+TW_API int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
+                             uint64_t delay_ns, tw_fn fn, void *arg,
+                             tw_id *id);
+
+/* Cancels the pending task under key. Returns 0, -ENOENT if no task is
+ * pending under it, -EINVAL (t or key NULL, keylen 0). */
+TW_API int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen);
+
+/* Manual mode: moves the timer's time to now_ns (a time earlier than tw_now
+ * is taken as tw_now: a clock going backwards fires nothing early and loses
+ * nothing) and runs the callbacks of every task due by then, in deadline
+ * order, after all of them have been collected. Returns how many callbacks
+ * ran, -EDEADLK when called from a callback of this timer, -EINVAL (t
+ * NULL), -EPERM on a threaded timer. Cost is proportional to the buckets
+ * and tasks due, never to the time that passed. */
+TW_API int tw_advance(tw_timer *t, uint64_t now_ns);
+
+/* Sets *deadline_ns to the time at which tw_advance next has work: never
+ * later than the earliest pending task's firing time, possibly earlier
+ * when a coarse bucket must cascade, and possibly <= tw_now (call
+ * tw_advance right away). Returns 0, or -ENOENT if nothing is pending. */
+TW_API int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns);
+
+/* The timer's current time in ns (manual: the last tw_advance, or the
+ * clock at creation; threaded: the driver's last clock reading). */
+TW_API uint64_t tw_now(tw_timer *t);
+
+/* Number of pending tasks (as tw_stats.pending). */
+TW_API size_t tw_pending(tw_timer *t);
+
+/* Removes every pending task without firing it, calling each(t, id,
+ * task_arg) for each (each may be NULL to just drop them). Keys are freed.
+ * A periodic task whose callback is running is handed back too and will
+ * not run again. `arg` is the caller's context, readable from `each` with
+ * tw_drain_arg(). Returns how many tasks were removed. each must not call
+ * back into this timer. */
+TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
+
+/* Within a tw_drain / tw_stop callback: the `arg` given to that call. */
+TW_API void *tw_drain_arg(tw_timer *t);
+
+/* Fills *s. On a threaded timer the counters are summed over shards and
+ * may be mutually inconsistent by the operations in flight. */
+TW_API void tw_stats(tw_timer *t, struct tw_stats *s);
+
+/* Checks every internal invariant (heap order and indices, list links,
+ * bucket placement of every task, counts, key map). Returns 0 if all hold,
+ * else -EFAULT after describing each failure on report (which may be
+ * NULL). O(pending + buckets). For tests and fuzzers. */
+TW_API int tw_check(tw_timer *t, FILE *report);
+
+/* A static description of a twheel error code (negative errno). */
+TW_API const char *tw_strerror(int err);
+
+/*
+ * Threaded mode (options.threaded = 1).
+ *
+ * A driver thread ("tw-driver") sleeps until the earliest occupied bucket
+ * comes due and advances the timer itself; it is woken early only when a
+ * schedule creates an earlier bucket. Every function above may be called
+ * from any thread, callbacks included, except tw_advance (-EPERM).
+ * Callbacks run on the driver thread (workers = 0: a long callback delays
+ * the tasks due after it) or on a pool of `workers` threads ("tw-worker-N").
+ * No internal lock is held while a callback runs. Cancel racing with the
+ * firing of the same task has one winner: either tw_cancel returns 0 and
+ * the callback never runs, or the callback runs and tw_cancel returns
+ * -ENOENT.
+ */
+
+/* Stops a threaded timer: stops the driver and the workers, waits for the
+ * callbacks already running to finish, then hands every task that never
+ * fired to unfired(t, id, task_arg) (NULL to drop them; periodic tasks
+ * once). Afterwards schedule returns -ESHUTDOWN; tw_destroy still frees.
+ * Returns the number of tasks handed back, -EDEADLK from a callback of
+ * this timer, -EINVAL (t NULL or a manual timer: use tw_drain), -EALREADY
+ * if already stopped. */
+TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWHEEL_H */

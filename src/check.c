@@ -1,0 +1,224 @@
+/* check.c: tw_check, the invariant checker that tests and fuzzers call.
+ *
+ * It re-derives everything the engine relies on from scratch: the heap's
+ * order and back-pointers, each bucket's list, each task's placement (the
+ * never-early rule in particular), the free list, the counts, the keys. */
+#include <errno.h>
+
+#include "timer.h"
+
+struct ctx {
+    FILE *out;
+    int bad;
+    uint32_t shard;
+};
+
+#define FAIL(c, ...)                                                     \
+    do {                                                                 \
+        (c)->bad++;                                                      \
+        if ((c)->out) {                                                  \
+            fprintf((c)->out, "tw_check: shard %u: ", (c)->shard);       \
+            fprintf((c)->out, __VA_ARGS__);                              \
+            fputc('\n', (c)->out);                                       \
+        }                                                                \
+    } while (0)
+
+/* Walks a list; returns the number of entries, checking links and calling
+ * on_entry for each. Stops (and reports) after `limit` steps. */
+static uint64_t walk(struct ctx *c, struct tw__engine *e, uint32_t self,
+                     uint64_t limit, void (*on_entry)(struct ctx *, struct tw__engine *,
+                                                      uint32_t, void *),
+                     void *data)
+{
+    uint64_t n = 0;
+    uint32_t prev = self;
+    for (uint32_t i = tw__link_at(e, self)->next; i != self;) {
+        if (i & TW__SENT) {
+            FAIL(c, "list %#x reaches foreign sentinel %#x", self, i);
+            return n;
+        }
+        if (i >= tw__pool_slots(&e->pool)) {
+            FAIL(c, "list %#x holds slot %u out of range", self, i);
+            return n;
+        }
+        if (++n > limit) {
+            FAIL(c, "list %#x does not close", self);
+            return n;
+        }
+        struct tw__entry *en = tw__pool_entry(&e->pool, i);
+        if (en->link.prev != prev)
+            FAIL(c, "slot %u: prev %u, expected %u", i, en->link.prev, prev);
+        if (!(*tw__pool_gen(&e->pool, i) & 1u))
+            FAIL(c, "slot %u is listed but free", i);
+        if (on_entry)
+            on_entry(c, e, i, data);
+        prev = i;
+        i = en->link.next;
+    }
+    if (tw__link_at(e, self)->prev != prev)
+        FAIL(c, "list %#x: tail %u, expected %u", self, tw__link_at(e, self)->prev, prev);
+    return n;
+}
+
+struct placement {
+    uint32_t level;
+    uint64_t exp;
+    uint64_t keyed;
+};
+
+static void check_placed(struct ctx *c, struct tw__engine *e, uint32_t i, void *data)
+{
+    struct placement *p = data;
+    struct tw__entry *en = tw__pool_entry(&e->pool, i);
+    uint64_t dt = tw__ticks_ceil(e, en->deadline);
+    if (tw__is_extra(en)) {
+        struct tw__extra *x = en->arg;
+        if (x->slot != i)
+            FAIL(c, "slot %u: extra record names slot %u", i, x->slot);
+        if (x->state != TW__X_IDLE)
+            FAIL(c, "slot %u: listed while its callback runs", i);
+        if (x->key)
+            p->keyed++;
+    }
+    if (p->level == UINT32_MAX)
+        return; /* expired list: anything due */
+    if (p->level == 0) {
+        if (dt > p->exp) /* would fire early */
+            FAIL(c, "slot %u: due tick %llu in level-0 bucket of tick %llu", i,
+                 (unsigned long long)dt, (unsigned long long)p->exp);
+        return;
+    }
+    uint64_t width = (uint64_t)1 << (e->bits * p->level);
+    if (dt < p->exp || dt - p->exp >= width)
+        FAIL(c, "slot %u: due tick %llu outside level-%u bucket [%llu, +%llu)", i,
+             (unsigned long long)dt, p->level, (unsigned long long)p->exp,
+             (unsigned long long)width);
+}
+
+static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
+{
+    uint64_t limit = (uint64_t)tw__pool_slots(&e->pool) + 1;
+    uint64_t listed = 0, keyed = 0;
+
+    /* the delay queue */
+    for (uint32_t pos = 0; pos < e->dq.n; pos++) {
+        const struct tw__dq_node *nd = &e->dq.h[pos];
+        if (pos && tw__dq_less(nd, &e->dq.h[(pos - 1) / 2]))
+            FAIL(c, "heap order broken at %u", pos);
+        if ((nd->bn >> e->bits) >= e->nlevels) {
+            FAIL(c, "heap %u names bucket %u of no level", pos, nd->bn);
+            continue;
+        }
+        if (tw__bucket_at(e, nd->bn)->heap_index != pos)
+            FAIL(c, "bucket %u: heap_index %u, found at %u", nd->bn,
+                 tw__bucket_at(e, nd->bn)->heap_index, pos);
+    }
+
+    /* every bucket */
+    for (uint32_t k = 0; k < e->nlevels; k++) {
+        uint32_t shift = e->bits * k;
+        for (uint32_t s = 0; s < e->wsize; s++) {
+            uint32_t bn = (k << e->bits) | s;
+            struct tw__bucket *b = &e->level[k][s];
+            int empty = b->link.next == (TW__SENT | bn);
+            if (b->heap_index == TW__NOT_QUEUED) {
+                if (!empty)
+                    FAIL(c, "bucket %u holds tasks but is not queued", bn);
+                continue;
+            }
+            if (b->heap_index >= e->dq.n || e->dq.h[b->heap_index].bn != bn) {
+                FAIL(c, "bucket %u: bad heap_index %u", bn, b->heap_index);
+                continue;
+            }
+            if (empty)
+                FAIL(c, "bucket %u is queued but empty", bn);
+            uint64_t exp = e->dq.h[b->heap_index].exp;
+            if (((exp >> shift) & e->mask) != s || ((exp >> shift) << shift) != exp)
+                FAIL(c, "bucket %u: expiration %llu does not map to it", bn,
+                     (unsigned long long)exp);
+            if (k == 0 ? exp < e->cur : exp <= e->cur)
+                FAIL(c, "bucket %u: expiration %llu is behind the clock %llu", bn,
+                     (unsigned long long)exp, (unsigned long long)e->cur);
+            if ((exp >> shift) - (e->cur >> shift) >= e->wsize)
+                FAIL(c, "bucket %u: expiration %llu beyond its level's span", bn,
+                     (unsigned long long)exp);
+            struct placement p = { k, exp, 0 };
+            listed += walk(c, e, TW__SENT | bn, limit, check_placed, &p);
+            keyed += p.keyed;
+        }
+    }
+    struct placement px = { UINT32_MAX, 0, 0 };
+    listed += walk(c, e, TW__EXPIRED_SENT, limit, check_placed, &px);
+    keyed += px.keyed;
+
+    /* slots: allocated = listed + running periodic tasks */
+    uint64_t allocated = 0, running = 0, running_live = 0, freecount = 0;
+    for (uint32_t i = 0; i < tw__pool_slots(&e->pool); i++) {
+        if (!(*tw__pool_gen(&e->pool, i) & 1u))
+            continue;
+        allocated++;
+        struct tw__entry *en = tw__pool_entry(&e->pool, i);
+        if (tw__is_extra(en) && ((struct tw__extra *)en->arg)->state != TW__X_IDLE) {
+            uint8_t st = ((struct tw__extra *)en->arg)->state;
+            running++;
+            running_live += st == TW__X_FIRING || st == TW__X_RESCHED;
+        }
+    }
+    if (allocated != listed + running)
+        FAIL(c, "%llu slots in use, %llu listed, %llu running", (unsigned long long)allocated,
+             (unsigned long long)listed, (unsigned long long)running);
+    if (e->pending != listed + running_live)
+        FAIL(c, "pending %llu, but %llu tasks live", (unsigned long long)e->pending,
+             (unsigned long long)(listed + running_live));
+    for (uint32_t i = e->pool.free_head; i != TW__NIL;
+         i = tw__pool_entry(&e->pool, i)->link.next) {
+        if (i >= tw__pool_slots(&e->pool) || ++freecount > limit) {
+            FAIL(c, "free list broken at %u", i);
+            break;
+        }
+        if (*tw__pool_gen(&e->pool, i) & 1u)
+            FAIL(c, "slot %u is on the free list but in use", i);
+    }
+    if (freecount != e->pool.nfree)
+        FAIL(c, "free list holds %llu, nfree says %u", (unsigned long long)freecount,
+             e->pool.nfree);
+    if (allocated + freecount + e->pool.retired != tw__pool_slots(&e->pool))
+        FAIL(c, "slots: %llu used + %llu free + %llu retired != %u",
+             (unsigned long long)allocated, (unsigned long long)freecount,
+             (unsigned long long)e->pool.retired, tw__pool_slots(&e->pool));
+
+    /* keys: every key names a live keyed task, and every such task is in */
+    if (e->keys.n != keyed)
+        FAIL(c, "key map holds %u keys, %llu keyed tasks listed", e->keys.n,
+             (unsigned long long)keyed);
+    uint32_t seen = 0;
+    for (uint32_t s = 0; s < e->keys.cap; s++) {
+        struct tw__extra *x = e->keys.slots[s];
+        if (!x)
+            continue;
+        seen++;
+        if (x->slot >= tw__pool_slots(&e->pool) ||
+            tw__pool_entry(&e->pool, x->slot)->arg != x ||
+            !(*tw__pool_gen(&e->pool, x->slot) & 1u))
+            FAIL(c, "key map entry %u names a dead task", s);
+        else if (tw__keymap_find(e, x->key, x->keylen, x->hash) != x)
+            FAIL(c, "key map entry %u cannot be found by its key", s);
+    }
+    if (seen != e->keys.n)
+        FAIL(c, "key map count %u, %u present", e->keys.n, seen);
+    (void)t;
+}
+
+int tw_check(tw_timer *t, FILE *report)
+{
+    if (!t)
+        return -EINVAL;
+    struct ctx c = { report, 0, 0 };
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        c.shard = s;
+        tw__shard_lock(t, &t->shards[s]);
+        check_engine(&c, t, &t->shards[s].eng);
+        tw__shard_unlock(t, &t->shards[s]);
+    }
+    return c.bad ? -EFAULT : 0;
+}

@@ -1,0 +1,832 @@
+/* timer.c: the public API over the engine(s).
+ *
+ * A manual timer has one shard and never locks. A threaded timer has a
+ * power-of-two number of shards, each an independent engine behind its own
+ * mutex; runtime.c drives them. Every public entry point below takes the
+ * lock of the one shard it touches (tw__shard_lock is a no-op in manual
+ * mode), and no user code is ever called with a lock held.
+ *
+ * Failure discipline: every function checks its arguments and reserves
+ * whatever memory it will need (a slot, a wheel level, an extra record, key
+ * room) before it changes anything, so an error leaves the timer exactly as
+ * it was. Capacity reserved by a failed call is kept for the next one. */
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "timer.h"
+
+static uint64_t monotonic_ns(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t r = a + b;
+    return r < a ? UINT64_MAX : r;
+}
+
+void tw_options_init(struct tw_options *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->tick_ns = 1000000;
+    o->wheel_size = 64;
+}
+
+/* ---- shards ----------------------------------------------------------- */
+
+static _Atomic uint32_t next_thread_shard;
+static _Thread_local uint32_t thread_shard = UINT32_MAX;
+
+/* Threads spread over shards round-robin on first use and stay there, so
+ * concurrent schedulers rarely share a lock or a cache line. */
+static inline uint32_t pick_shard(const tw_timer *t)
+{
+    if (t->nshards == 1)
+        return 0;
+    if (thread_shard == UINT32_MAX)
+        thread_shard = atomic_fetch_add_explicit(&next_thread_shard, 1,
+                                                 memory_order_relaxed);
+    return thread_shard & (t->nshards - 1);
+}
+
+static inline uint32_t key_shard(const tw_timer *t, uint64_t hash)
+{
+    return (uint32_t)(hash >> 32) & (t->nshards - 1);
+}
+
+/* The time relative delays count from. */
+static inline uint64_t base_time(tw_timer *t, struct tw__engine *e)
+{
+    return t->threaded ? tw__clock_now(t) : e->now_ns;
+}
+
+static inline int stopped(tw_timer *t)
+{
+    return t->threaded && atomic_load_explicit(&t->stopped, memory_order_acquire);
+}
+
+/* ---- pending accounting ----------------------------------------------- */
+
+static inline int admit(tw_timer *t, struct tw__engine *e)
+{
+    if (!t->max_pending)
+        return 0;
+    if (t->threaded) {
+        if (atomic_fetch_add(&t->total_pending, 1) < t->max_pending)
+            return 0;
+        atomic_fetch_sub(&t->total_pending, 1);
+    } else if (e->pending < t->max_pending) {
+        return 0;
+    }
+    e->rejected++;
+    return -EAGAIN;
+}
+
+static inline void unadmit(tw_timer *t)
+{
+    if (t->max_pending && t->threaded)
+        atomic_fetch_sub(&t->total_pending, 1);
+}
+
+static inline void pending_dec(tw_timer *t, struct tw__engine *e)
+{
+    e->pending--;
+    unadmit(t);
+}
+
+/* ---- create / destroy ------------------------------------------------- */
+
+static int check_options(const struct tw_options *o)
+{
+    if (!o->tick_ns || o->wheel_size < 2 || o->wheel_size > TW_MAX_WHEEL_SIZE ||
+        (o->wheel_size & (o->wheel_size - 1)))
+        return -EINVAL;
+    if (o->threaded != 0 && o->threaded != 1)
+        return -EINVAL;
+    if (!o->threaded && (o->workers || o->shards))
+        return -EINVAL;
+    if (o->workers > 1024 || o->shards > 64)
+        return -EINVAL;
+    return 0;
+}
+
+static uint32_t choose_shards(const struct tw_options *o)
+{
+    if (!o->threaded)
+        return 1;
+    long want = o->shards;
+    if (!want) {
+        want = sysconf(_SC_NPROCESSORS_ONLN);
+        if (want < 1)
+            want = 1;
+        if (want > 64)
+            want = 64;
+    }
+    uint32_t n = 1;
+    while (n < (uint32_t)want)
+        n <<= 1;
+    return n;
+}
+
+static void free_shards(tw_timer *t, uint32_t made)
+{
+    for (uint32_t s = 0; s < made; s++) {
+        struct tw__shard *sh = &t->shards[s];
+        tw__drain_shard(t, s, NULL); /* releases extra records and keys */
+        tw__extra_pool_destroy(&sh->eng);
+        tw__keymap_destroy(&sh->eng);
+        tw__engine_destroy(&sh->eng);
+        if (t->threaded)
+            pthread_mutex_destroy(&sh->lock);
+    }
+}
+
+int tw_create(tw_timer **out, const struct tw_options *opt)
+{
+    struct tw_options o;
+    if (opt)
+        o = *opt;
+    else
+        tw_options_init(&o);
+    if (!out)
+        return -EINVAL;
+    int rc = check_options(&o);
+    if (rc)
+        return rc;
+    struct tw__mem mem;
+    if ((rc = tw__mem_init(&mem, &o.allocator)))
+        return rc;
+
+    tw_timer *t = tw__alloc(&mem, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    memset(t, 0, sizeof(*t));
+    t->mem = mem;
+    t->clock = o.clock ? o.clock : monotonic_ns;
+    t->clock_ctx = o.clock ? o.clock_ctx : NULL;
+    t->max_pending = o.max_pending;
+    t->threaded = o.threaded;
+    t->nshards = choose_shards(&o);
+    t->shard_bits = (uint32_t)__builtin_ctz(t->nshards);
+    atomic_init(&t->total_pending, 0);
+
+    /* the shards are cache-line aligned: over-allocate and align */
+    t->shards_bytes = (size_t)t->nshards * sizeof(struct tw__shard) + 63;
+    void *raw = tw__alloc(&t->mem, t->shards_bytes);
+    if (!raw) {
+        tw__free(&mem, t, sizeof(*t));
+        return -ENOMEM;
+    }
+    t->shards = (struct tw__shard *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    memset(t->shards, 0, (size_t)t->nshards * sizeof(struct tw__shard));
+    t->shards_raw = raw;
+
+    uint64_t now = tw__clock_now(t);
+    /* a slot index shifted by shard_bits must fit in the id's low word */
+    uint32_t max_slots = t->shard_bits ? (1u << (32 - t->shard_bits)) - TW__SLAB_SLOTS
+                                       : TW__MAX_SLOTS;
+    uint32_t made = 0;
+    for (; made < t->nshards; made++) {
+        struct tw__shard *sh = &t->shards[made];
+        sh->mem = mem;
+        sh->mem.bytes = 0;
+        if (t->threaded && (rc = pthread_mutex_init(&sh->lock, NULL))) {
+            rc = -rc;
+            break;
+        }
+        rc = tw__engine_init(&sh->eng, &sh->mem, o.tick_ns, o.wheel_size,
+                             now, max_slots);
+        if (rc) {
+            if (t->threaded)
+                pthread_mutex_destroy(&sh->lock);
+            break;
+        }
+    }
+    if (!rc && t->threaded)
+        rc = tw__runtime_start(t, &o);
+    if (rc) {
+        free_shards(t, made);
+        tw__free(&t->mem, raw, t->shards_bytes);
+        tw__free(&mem, t, sizeof(*t));
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void tw_destroy(tw_timer *t)
+{
+    if (!t)
+        return;
+    if (t->threaded)
+        tw__runtime_free(t); /* stops the threads if still running */
+    free_shards(t, t->nshards);
+    struct tw__mem mem = t->mem;
+    tw__free(&mem, t->shards_raw, t->shards_bytes);
+    tw__free(&mem, t, sizeof(*t));
+}
+
+/* ---- scheduling ------------------------------------------------------- */
+
+static inline uint64_t queue_head_ns(struct tw__engine *e)
+{
+    return e->dq.n ? e->dq.h[0].exp : UINT64_MAX;
+}
+
+/* Commits a new task; tw__wheel_reserve has succeeded. */
+static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
+                           uint64_t deadline, uint64_t dt, tw_fn fn,
+                           void *arg, uint32_t *slot)
+{
+    uint32_t gen, i = tw__pool_take(&e->pool, &gen);
+    struct tw__entry *en = tw__pool_entry(&e->pool, i);
+    en->deadline = deadline;
+    en->fn = fn;
+    en->arg = arg;
+    tw__wheel_place(e, i, en, dt);
+    e->pending++;
+    e->scheduled++;
+    if (slot)
+        *slot = i;
+    return tw__make_id(t, si, i, gen);
+}
+
+/* Wakes the driver when the shard's earliest bucket moved earlier. */
+static inline void kick_if_earlier(tw_timer *t, struct tw__engine *e,
+                                   uint64_t head_before)
+{
+    uint64_t head = queue_head_ns(e);
+    if (head < head_before)
+        tw__runtime_kick(t, tw__shard_next_ns(e));
+}
+
+static int add_plain(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
+                     void *arg, tw_id *idp)
+{
+    struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    int rc = admit(t, e);
+    if (rc)
+        return rc;
+    uint64_t dt = tw__ticks_ceil(e, deadline);
+    if ((rc = tw__wheel_reserve(e, dt))) {
+        unadmit(t);
+        return rc;
+    }
+    uint64_t before = t->threaded ? queue_head_ns(e) : 0;
+    tw_id id = commit(t, si, e, deadline, dt, fn, arg, NULL);
+    if (t->threaded)
+        kick_if_earlier(t, e, before);
+    if (idp)
+        *idp = id;
+    return 0;
+}
+
+int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
+                tw_id *id)
+{
+    if (!t || !fn)
+        return -EINVAL;
+    if (!t->threaded) {
+        struct tw__engine *e = &t->shards[0].eng;
+        return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
+    }
+    if (stopped(t))
+        return -ESHUTDOWN;
+    uint64_t deadline = sat_add(tw__clock_now(t), delay_ns);
+    uint32_t si = pick_shard(t);
+    struct tw__shard *sh = &t->shards[si];
+    pthread_mutex_lock(&sh->lock);
+    int rc = stopped(t) ? -ESHUTDOWN : add_plain(t, si, deadline, fn, arg, id);
+    pthread_mutex_unlock(&sh->lock);
+    return rc;
+}
+
+int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn, void *arg,
+                   tw_id *id)
+{
+    if (!t || !fn)
+        return -EINVAL;
+    uint32_t si = pick_shard(t);
+    struct tw__shard *sh = &t->shards[si];
+    tw__shard_lock(t, sh);
+    int rc = stopped(t) ? -ESHUTDOWN : add_plain(t, si, deadline_ns, fn, arg, id);
+    tw__shard_unlock(t, sh);
+    return rc;
+}
+
+int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns, uint64_t period_ns,
+                      int flags, tw_fn fn, void *arg, tw_id *idp)
+{
+    if (!t || !fn || !period_ns || (flags != TW_FIXED_RATE && flags != TW_FIXED_DELAY))
+        return -EINVAL;
+    uint32_t si = pick_shard(t);
+    struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    tw__shard_lock(t, sh);
+    int rc = stopped(t) ? -ESHUTDOWN : admit(t, e);
+    if (rc)
+        goto out;
+    uint64_t deadline = sat_add(base_time(t, e), first_delay_ns);
+    uint64_t dt = tw__ticks_ceil(e, deadline);
+    struct tw__extra *x = NULL;
+    if ((rc = tw__wheel_reserve(e, dt)) || (rc = tw__wheel_reserve_period(e, period_ns)) ||
+        (rc = (x = tw__extra_get(e)) ? 0 : -ENOMEM)) {
+        unadmit(t);
+        goto out;
+    }
+    x->fn = fn;
+    x->arg = arg;
+    x->period = period_ns;
+    x->flags = (uint8_t)flags;
+    uint64_t before = queue_head_ns(e);
+    tw_id id = commit(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot);
+    if (t->threaded)
+        kick_if_earlier(t, e, before);
+    if (idp)
+        *idp = id;
+out:
+    tw__shard_unlock(t, sh);
+    return rc;
+}
+
+int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
+                      uint64_t delay_ns, tw_fn fn, void *arg, tw_id *idp)
+{
+    if (!t || !fn || !key || !keylen || keylen > UINT32_MAX)
+        return -EINVAL;
+    uint64_t h = tw__key_hash(key, keylen);
+    uint32_t si = key_shard(t, h);
+    struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    tw__shard_lock(t, sh);
+    int rc = stopped(t) ? -ESHUTDOWN : 0;
+    if (rc)
+        goto out;
+    uint64_t deadline = sat_add(base_time(t, e), delay_ns);
+    uint64_t dt = tw__ticks_ceil(e, deadline);
+    struct tw__extra *x = tw__keymap_find(e, key, keylen, h);
+    if (x) {
+        /* Replace: the record and its key carry over to the new task. */
+        if ((rc = tw__wheel_reserve(e, dt)))
+            goto out;
+        struct tw__entry *old = tw__pool_entry(&e->pool, x->slot);
+        tw__list_unlink(e, old);
+        tw__pool_put(&e->pool, x->slot);
+        e->pending--; /* the new task takes its place: no admit needed */
+        e->cancelled++;
+    } else {
+        if ((rc = admit(t, e)))
+            goto out;
+        if ((rc = tw__wheel_reserve(e, dt)) || (rc = tw__keymap_reserve(e)) ||
+            (rc = (x = tw__extra_get(e)) ? 0 : -ENOMEM)) {
+            unadmit(t);
+            goto out;
+        }
+        if ((rc = tw__extra_set_key(e, x, key, keylen, h))) {
+            tw__extra_put(e, x);
+            unadmit(t);
+            goto out;
+        }
+        tw__keymap_insert(e, x);
+    }
+    x->fn = fn;
+    x->arg = arg;
+    uint64_t before = queue_head_ns(e);
+    tw_id id = commit(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot);
+    if (t->threaded)
+        kick_if_earlier(t, e, before);
+    if (idp)
+        *idp = id;
+out:
+    tw__shard_unlock(t, sh);
+    return rc;
+}
+
+/* ---- cancel / reschedule ---------------------------------------------- */
+
+static int cancel_locked(tw_timer *t, struct tw__engine *e, uint32_t slot,
+                         uint32_t gen)
+{
+    uint32_t i = tw__pool_lookup(&e->pool, slot, gen);
+    if (i == TW__NIL)
+        return -ENOENT;
+    struct tw__entry *en = tw__pool_entry(&e->pool, i);
+    if (__builtin_expect(tw__is_extra(en), 0)) {
+        struct tw__extra *x = en->arg;
+        if (x->state != TW__X_IDLE) { /* periodic, its callback running */
+            if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED)
+                return -ENOENT;
+            x->state = TW__X_CANCELLED; /* released when it returns */
+            e->cancelled++;
+            pending_dec(t, e);
+            return 0;
+        }
+        if (x->key)
+            tw__keymap_remove(e, x);
+        tw__list_unlink(e, en);
+        tw__extra_put(e, x);
+    } else {
+        tw__list_unlink(e, en);
+    }
+    tw__pool_put(&e->pool, i);
+    e->cancelled++;
+    pending_dec(t, e);
+    return 0;
+}
+
+int tw_cancel(tw_timer *t, tw_id id)
+{
+    if (!t)
+        return -EINVAL;
+    uint32_t si = tw__id_shard(t, id);
+    struct tw__shard *sh = &t->shards[si];
+    tw__shard_lock(t, sh);
+    int rc = cancel_locked(t, &sh->eng, tw__id_slot(t, id), (uint32_t)(id >> 32));
+    tw__shard_unlock(t, sh);
+    return rc;
+}
+
+int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen)
+{
+    if (!t || !key || !keylen)
+        return -EINVAL;
+    uint64_t h = tw__key_hash(key, keylen);
+    uint32_t si = key_shard(t, h);
+    struct tw__shard *sh = &t->shards[si];
+    tw__shard_lock(t, sh);
+    struct tw__extra *x = tw__keymap_find(&sh->eng, key, keylen, h);
+    int rc = x ? cancel_locked(t, &sh->eng, x->slot,
+                               *tw__pool_gen(&sh->eng.pool, x->slot))
+               : -ENOENT;
+    tw__shard_unlock(t, sh);
+    return rc;
+}
+
+int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
+{
+    if (!t)
+        return -EINVAL;
+    uint32_t si = tw__id_shard(t, id);
+    struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    tw__shard_lock(t, sh);
+    int rc = -ENOENT;
+    uint32_t i = tw__pool_lookup(&e->pool, tw__id_slot(t, id), (uint32_t)(id >> 32));
+    if (i == TW__NIL)
+        goto out;
+    struct tw__entry *en = tw__pool_entry(&e->pool, i);
+    uint64_t deadline = sat_add(base_time(t, e), delay_ns);
+    uint64_t dt = tw__ticks_ceil(e, deadline);
+    struct tw__extra *x = tw__is_extra(en) ? en->arg : NULL;
+    if (x && x->state != TW__X_IDLE) { /* from a periodic's own callback */
+        if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED)
+            goto out;
+        if ((rc = tw__wheel_reserve_level(e, dt)))
+            goto out;
+        x->resched = deadline;
+        x->state = TW__X_RESCHED;
+        goto out;
+    }
+    if ((rc = tw__wheel_reserve_level(e, dt)))
+        goto out;
+    uint64_t before = queue_head_ns(e);
+    tw__list_unlink(e, en);
+    en->deadline = deadline;
+    tw__wheel_place(e, i, en, dt);
+    if (t->threaded)
+        kick_if_earlier(t, e, before);
+out:
+    tw__shard_unlock(t, sh);
+    return rc;
+}
+
+/* ---- firing ----------------------------------------------------------- */
+
+int tw__take_job(tw_timer *t, uint32_t si, uint64_t now, struct tw__job *j)
+{
+    struct tw__engine *e = &t->shards[si].eng;
+    uint32_t i = e->expired.next;
+    if (i == TW__EXPIRED_SENT)
+        return -ENOENT;
+    struct tw__entry *en = tw__pool_entry(&e->pool, i);
+    tw__list_unlink(e, en);
+    tw__late_record(e, now > en->deadline ? now - en->deadline : 0);
+    e->fired++;
+    j->slot = i;
+    j->shard = si;
+    j->id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));
+    j->x = NULL;
+    if (!tw__is_extra(en)) {
+        j->fn = en->fn;
+        j->arg = en->arg;
+        tw__pool_put(&e->pool, i);
+        pending_dec(t, e);
+        return 0;
+    }
+    struct tw__extra *x = en->arg;
+    j->fn = x->fn;
+    j->arg = x->arg;
+    if (!x->period) { /* keyed one-shot: its key is free from now on */
+        if (x->key)
+            tw__keymap_remove(e, x);
+        tw__extra_put(e, x);
+        tw__pool_put(&e->pool, i);
+        pending_dec(t, e);
+        return 0;
+    }
+    x->state = TW__X_FIRING;
+    en->link.next = en->link.prev = TW__NIL; /* in no list while it runs */
+    j->x = x;
+    return 0;
+}
+
+void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
+                         uint64_t now)
+{
+    (void)t;
+    struct tw__engine *e = &t->shards[si].eng;
+    struct tw__extra *x = j->x;
+    struct tw__entry *en = tw__pool_entry(&e->pool, j->slot);
+    if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED) {
+        tw__extra_put(e, x); /* pending was counted down at the cancel */
+        tw__pool_put(&e->pool, j->slot);
+        return;
+    }
+    uint64_t next;
+    if (x->state == TW__X_RESCHED) {
+        next = x->resched;
+    } else if (x->flags == TW_FIXED_RATE) {
+        /* Missed periods are skipped, not fired in a burst. */
+        uint64_t prev = en->deadline;
+        next = sat_add(prev, x->period);
+        if (next < now) {
+            uint64_t k = (now - prev) / x->period;
+            next = k > (UINT64_MAX - prev) / x->period ? UINT64_MAX
+                                                        : prev + k * x->period;
+            if (next < now)
+                next = sat_add(next, x->period);
+        }
+    } else {
+        next = sat_add(now, x->period);
+    }
+    x->state = TW__X_IDLE;
+    en->deadline = next;
+    /* no allocation: tw__wheel_reserve_period / reserve_level made sure */
+    tw__wheel_place(e, j->slot, en, tw__ticks_ceil(e, next));
+}
+
+static int run_manual(tw_timer *t, struct tw__engine *e, uint64_t now)
+{
+    uint64_t n = 0;
+    struct tw__job j;
+    t->in_dispatch = 1;
+    while (tw__take_job(t, 0, now, &j) == 0) {
+        if (j.x) {
+            e->firing = j.slot;
+            j.fn(t, j.id, j.arg);
+            e->firing = TW__NIL;
+            tw__finish_periodic(t, 0, &j, e->now_ns);
+        } else {
+            j.fn(t, j.id, j.arg);
+        }
+        n++;
+    }
+    t->in_dispatch = 0;
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+int tw_advance(tw_timer *t, uint64_t now_ns)
+{
+    if (!t)
+        return -EINVAL;
+    if (t->threaded)
+        return -EPERM;
+    if (t->in_dispatch)
+        return -EDEADLK;
+    struct tw__engine *e = &t->shards[0].eng;
+    if (now_ns < e->now_ns)
+        now_ns = e->now_ns; /* a clock going backwards changes nothing */
+    e->now_ns = now_ns;
+    e->advances++;
+    /* Fire what is due by the current tick. A deadline in the last tick
+     * before UINT64_MAX rounds up past it, so the end of time (now ==
+     * UINT64_MAX) reaches every tick: everything fires, nothing early. */
+    uint64_t r, target = now_ns == UINT64_MAX ? tw__ticks_ceil(e, now_ns)
+                                              : tw__div_floor(&e->tick, now_ns, &r);
+    tw__wheel_collect(e, target);
+    return run_manual(t, e, now_ns);
+}
+
+/* ---- queries ---------------------------------------------------------- */
+
+uint64_t tw__shard_next_ns(struct tw__engine *e)
+{
+    if (e->expired.next != TW__EXPIRED_SENT)
+        return e->now_ns;
+    if (!e->dq.n)
+        return UINT64_MAX;
+    uint64_t exp = e->dq.h[0].exp;
+    return exp > UINT64_MAX / e->tick.d ? UINT64_MAX : exp * e->tick.d;
+}
+
+int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns)
+{
+    if (!t || !deadline_ns)
+        return -EINVAL;
+    int found = 0;
+    uint64_t best = UINT64_MAX;
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        struct tw__shard *sh = &t->shards[s];
+        tw__shard_lock(t, sh);
+        struct tw__engine *e = &sh->eng;
+        if (e->dq.n || e->expired.next != TW__EXPIRED_SENT) {
+            uint64_t v = tw__shard_next_ns(e);
+            found = 1;
+            if (v < best)
+                best = v;
+        }
+        tw__shard_unlock(t, sh);
+    }
+    if (!found)
+        return -ENOENT;
+    *deadline_ns = best;
+    return 0;
+}
+
+uint64_t tw_now(tw_timer *t)
+{
+    if (!t)
+        return 0;
+    return t->threaded ? tw__clock_now(t) : t->shards[0].eng.now_ns;
+}
+
+size_t tw_pending(tw_timer *t)
+{
+    if (!t)
+        return 0;
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        tw__shard_lock(t, &t->shards[s]);
+        n += t->shards[s].eng.pending;
+        tw__shard_unlock(t, &t->shards[s]);
+    }
+    return (size_t)n;
+}
+
+/* ---- drain ------------------------------------------------------------ */
+
+size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
+{
+    struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    size_t n = 0;
+    tw__shard_lock(t, sh);
+    tw__wheel_collect_all(e);
+    uint32_t i;
+    while ((i = e->expired.next) != TW__EXPIRED_SENT) {
+        struct tw__entry *en = tw__pool_entry(&e->pool, i);
+        tw__list_unlink(e, en);
+        tw_id id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));
+        void *arg = en->arg;
+        if (tw__is_extra(en)) {
+            struct tw__extra *x = en->arg;
+            arg = x->arg;
+            if (x->key)
+                tw__keymap_remove(e, x);
+            tw__extra_put(e, x);
+        }
+        tw__pool_put(&e->pool, i);
+        pending_dec(t, e);
+        e->drained++;
+        n++;
+        if (each) {
+            tw__shard_unlock(t, sh);
+            each(t, id, arg);
+            tw__shard_lock(t, sh);
+        }
+    }
+    /* Manual mode: a periodic task whose callback is running right now
+     * (tw_drain called from it) is handed back too and not re-armed. */
+    if (e->firing != TW__NIL) {
+        struct tw__entry *en = tw__pool_entry(&e->pool, e->firing);
+        struct tw__extra *x = en->arg;
+        if (x->state == TW__X_FIRING || x->state == TW__X_RESCHED) {
+            x->state = TW__X_DRAINED;
+            pending_dec(t, e);
+            e->drained++;
+            n++;
+            if (each)
+                each(t, tw__make_id(t, si, e->firing,
+                                    *tw__pool_gen(&e->pool, e->firing)),
+                     x->arg);
+        }
+    }
+    tw__shard_unlock(t, sh);
+    return n;
+}
+
+size_t tw_drain(tw_timer *t, tw_fn each, void *arg)
+{
+    if (!t)
+        return 0;
+    void *saved = t->drain_arg;
+    t->drain_arg = arg;
+    size_t n = 0;
+    for (uint32_t s = 0; s < t->nshards; s++)
+        n += tw__drain_shard(t, s, each);
+    t->drain_arg = saved;
+    return n;
+}
+
+void *tw_drain_arg(tw_timer *t)
+{
+    return t ? t->drain_arg : NULL;
+}
+
+/* ---- stats / errors --------------------------------------------------- */
+
+static uint64_t percentile(const uint64_t *hist, uint64_t total, double q)
+{
+    if (!total)
+        return 0;
+    uint64_t want = (uint64_t)(q * (double)total), seen = 0;
+    if (want >= total)
+        want = total - 1;
+    for (int b = 0; b < TW__LATE_BUCKETS; b++) {
+        seen += hist[b];
+        if (seen > want)
+            return b == 0 ? 0 : (b >= 64 ? UINT64_MAX : ((uint64_t)1 << b) - 1);
+    }
+    return UINT64_MAX;
+}
+
+void tw_stats(tw_timer *t, struct tw_stats *s)
+{
+    if (!s)
+        return;
+    memset(s, 0, sizeof(*s));
+    if (!t)
+        return;
+    uint64_t hist[TW__LATE_BUCKETS] = { 0 }, total = 0;
+    s->memory_bytes = t->mem.bytes;
+    s->entry_bytes = sizeof(struct tw__entry) + sizeof(uint32_t);
+    for (uint32_t k = 0; k < t->nshards; k++) {
+        struct tw__shard *sh = &t->shards[k];
+        tw__shard_lock(t, sh);
+        struct tw__engine *e = &sh->eng;
+        s->pending += e->pending;
+        s->scheduled += e->scheduled;
+        s->fired += e->fired;
+        s->cancelled += e->cancelled;
+        s->drained += e->drained;
+        s->cascaded += e->cascaded;
+        s->rejected += e->rejected;
+        if (e->nlevels > s->levels)
+            s->levels = e->nlevels;
+        s->queued_buckets += e->dq.n;
+        s->advances += e->advances;
+        s->bucket_pops += e->bucket_pops;
+        s->memory_bytes += sh->mem.bytes;
+        s->retired_slots += e->pool.retired;
+        if (e->late_max > s->late_max_ns)
+            s->late_max_ns = e->late_max;
+        for (int b = 0; b < TW__LATE_BUCKETS; b++) {
+            hist[b] += e->late_hist[b];
+            total += e->late_hist[b];
+        }
+        tw__shard_unlock(t, sh);
+    }
+    s->late_p50_ns = percentile(hist, total, 0.50);
+    s->late_p99_ns = percentile(hist, total, 0.99);
+    if (s->late_p50_ns > s->late_max_ns)
+        s->late_p50_ns = s->late_max_ns;
+    if (s->late_p99_ns > s->late_max_ns)
+        s->late_p99_ns = s->late_max_ns;
+}
+
+const char *tw_strerror(int err)
+{
+    switch (err) {
+    case 0: return "success";
+    case -EINVAL: return "invalid argument";
+    case -ENOMEM: return "out of memory";
+    case -ENOENT: return "no such pending task";
+    case -EAGAIN: return "too many pending tasks (max_pending)";
+    case -EDEADLK: return "not allowed from a callback of this timer";
+    case -EPERM: return "not allowed on a threaded timer";
+    case -ESHUTDOWN: return "timer stopped";
+    case -EALREADY: return "timer already stopped";
+    case -EFAULT: return "invariant violated";
+    default: return "unknown error";
+    }
+}

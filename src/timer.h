@@ -1,0 +1,109 @@
+/* timer.h: the public tw_timer, its shards, and the dispatch helpers that
+ * the manual path (timer.c) and the threaded runtime (runtime.c) share. */
+#ifndef TW_TIMER_H
+#define TW_TIMER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "extra.h"
+#include "mem.h"
+#include "twheel.h"
+#include "wheel.h"
+
+struct tw__shard {
+    pthread_mutex_t lock; /* taken only in threaded mode */
+    struct tw__mem mem;   /* per shard, so accounting needs no atomics */
+    struct tw__engine eng;
+} __attribute__((aligned(64)));
+
+struct tw__runtime;
+
+struct tw_timer {
+    struct tw__mem mem; /* the timer's own blocks (struct, shards) */
+    uint64_t (*clock)(void *ctx);
+    void *clock_ctx;
+    uint64_t max_pending;
+    _Atomic uint64_t total_pending; /* kept only when threaded with
+                                       max_pending */
+    uint32_t nshards, shard_bits;
+    int threaded;
+    int in_dispatch;    /* manual: a callback of tw_advance is running */
+    void *drain_arg;
+    struct tw__runtime *rt;
+    _Atomic int stopped;  /* threaded: tw_stop has begun */
+    struct tw__shard *shards;
+    void *shards_raw;
+    size_t shards_bytes;
+};
+
+/* One collected task, ready for its callback. */
+struct tw__job {
+    tw_fn fn;
+    void *arg;
+    tw_id id;
+    struct tw__extra *x; /* periodic: re-armed after the callback */
+    uint32_t slot;
+    uint32_t shard;
+};
+
+static inline tw_id tw__make_id(const tw_timer *t, uint32_t shard,
+                                uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)gen << 32) | ((uint64_t)slot << t->shard_bits) | shard;
+}
+
+static inline uint32_t tw__id_shard(const tw_timer *t, tw_id id)
+{
+    return (uint32_t)id & (t->nshards - 1);
+}
+
+static inline uint32_t tw__id_slot(const tw_timer *t, tw_id id)
+{
+    return (uint32_t)id >> t->shard_bits;
+}
+
+static inline void tw__shard_lock(tw_timer *t, struct tw__shard *s)
+{
+    if (t->threaded)
+        pthread_mutex_lock(&s->lock);
+}
+
+static inline void tw__shard_unlock(tw_timer *t, struct tw__shard *s)
+{
+    if (t->threaded)
+        pthread_mutex_unlock(&s->lock);
+}
+
+static inline uint64_t tw__clock_now(const tw_timer *t)
+{
+    return t->clock(t->clock_ctx);
+}
+
+/* Pops the head of the shard's expired list into *j. One-shot tasks are
+ * released here (a cancel from now on returns -ENOENT); a periodic task is
+ * marked firing. Returns 0, or -ENOENT when the list is empty. Call with
+ * the shard lock held. */
+int tw__take_job(tw_timer *t, uint32_t shard, uint64_t now,
+                 struct tw__job *j);
+
+/* After a periodic job's callback: re-arm it, or release it if it was
+ * cancelled or drained meanwhile. Call with the shard lock held. */
+void tw__finish_periodic(tw_timer *t, uint32_t shard, struct tw__job *j,
+                         uint64_t now);
+
+/* Hands every task of a shard back, unfired, through each. Takes and drops
+ * the shard lock itself around the user calls when threaded. */
+size_t tw__drain_shard(tw_timer *t, uint32_t shard, tw_fn each);
+
+/* The earliest bucket expiration of a shard in ns, or UINT64_MAX. */
+uint64_t tw__shard_next_ns(struct tw__engine *e);
+
+/* Threaded runtime (runtime.c). */
+int tw__runtime_start(tw_timer *t, const struct tw_options *o);
+void tw__runtime_kick(tw_timer *t, uint64_t exp_ns);
+int tw__runtime_on_callback_thread(tw_timer *t);
+void tw__runtime_free(tw_timer *t);
+
+#endif

@@ -1,0 +1,224 @@
+/* wheel.c: the hierarchical timing wheel and its delay queue.
+ *
+ * Design
+ * ------
+ * Time is counted in ticks of tick_ns. Level 0 has wheel_size (W = 2^b)
+ * buckets of one tick each; level k+1 has W buckets each as long as the
+ * whole of level k. With the defaults (1 ms tick, W = 64):
+ *
+ *   level  bucket width      level span        holds tasks due within
+ *   0      1 ms              64 ms             64 ms
+ *   1      64 ms             4.1 s             4.1 s
+ *   2      4.1 s             4.4 min           4.4 min
+ *   3      4.4 min           4.7 h             4.7 h
+ *   4      4.7 h             12.4 days         12.4 days
+ *   5      12.4 days         2.2 years         2.2 years
+ *   ...    up to the level that covers all of uint64_t ns (level 7 here)
+ *
+ * Level 0 is made with the timer; a higher level is made the first time a
+ * task needs it (Kafka's lazy overflow wheel), and with it we reserve room
+ * for its buckets in the delay queue, so nothing on the advance path can
+ * fail for lack of memory.
+ *
+ * A task due at tick d goes into the finest level k whose span, counted
+ * from the current tick rounded down to level k's width, covers d:
+ * (d >> bk) - (cur >> bk) < W. Its bucket is (d >> bk) mod W and the
+ * bucket's expiration is d rounded down to level k's width. At any moment
+ * each bucket of a level stands for exactly one range of time, so a bucket
+ * never mixes tasks from two rotations.
+ *
+ * Every non-empty bucket sits in one binary heap keyed by its expiration
+ * (delay_queue.c). The clock never walks empty ticks: tw_advance pops
+ * buckets whose expiration has come, in order. A level-0 bucket's tasks
+ * are due and move, as one splice, to the expired list. A coarser bucket's
+ * tasks are re-inserted relative to the bucket's own expiration, which
+ * demotes each to a finer level (or to the expired list when due); the new
+ * buckets are due no later than the target, so the same advance pops them
+ * in turn. Cost: one heap operation per bucket that comes due and O(1) per
+ * task per level it descends, never anything per tick that passed. A task
+ * descends at most once per level, so its lifetime cost is O(levels).
+ *
+ * Never early: a deadline is rounded UP to the tick (tw__ticks_ceil) before
+ * it is placed, and a bucket is popped only when the target tick, floor(now
+ * / tick), has reached its expiration. So a task fires at the first advance
+ * with now >= ceil(deadline / tick) * tick: never before its deadline, and
+ * at most one tick after it for a caller advancing to tw_next_deadline.
+ *
+ * Order: buckets leave the heap in (expiration, bucket number) order and
+ * each list is FIFO, so tasks whose deadlines are a tick or more apart fire
+ * in deadline order and ties fire in a deterministic order.
+ *
+ * Cancel: lists are doubly linked through 32-bit slot indices; a list's
+ * head (sentinel) has an index of its own with the top bit set. An entry
+ * therefore need not remember its bucket: unlinking it touches only its
+ * two neighbours, and finding both neighbours to be the same sentinel is
+ * what tells us that bucket just became empty, so it leaves the heap at
+ * once and costs no wake-up later.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "wheel.h"
+
+static uint32_t *bucket_heap_index(void *owner, uint32_t bn)
+{
+    return &tw__bucket_at(owner, bn)->heap_index;
+}
+
+int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
+{
+    if (k >= e->max_levels)
+        return -ENOMEM; /* cannot happen: the top level covers 2^64 */
+    while (e->nlevels <= k) {
+        uint32_t lv = e->nlevels;
+        /* reserve the delay-queue room for the new buckets first */
+        int rc = tw__dq_reserve(&e->dq, e->mem, (lv + 1) * e->wsize);
+        if (rc)
+            return rc;
+        struct tw__bucket *b =
+            tw__alloc(e->mem, (size_t)e->wsize * sizeof(*b));
+        if (!b)
+            return -ENOMEM;
+        for (uint32_t s = 0; s < e->wsize; s++) {
+            uint32_t self = TW__SENT | (lv << e->bits) | s;
+            b[s].link.next = b[s].link.prev = self;
+            b[s].heap_index = TW__NOT_QUEUED;
+            b[s].pad_ = 0;
+        }
+        e->level[lv] = b;
+        e->nlevels++;
+    }
+    return 0;
+}
+
+int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
+                    uint32_t wheel_size, uint64_t now_ns, uint32_t max_slots)
+{
+    memset(e, 0, sizeof(*e));
+    e->mem = m;
+    e->pool.free_head = TW__NIL;
+    e->pool.max_slots = max_slots;
+    e->expired.next = e->expired.prev = TW__EXPIRED_SENT;
+    e->firing = TW__NIL;
+    tw__div_init(&e->tick, tick_ns);
+    e->wsize = wheel_size;
+    e->mask = wheel_size - 1;
+    e->bits = (uint32_t)__builtin_ctz(wheel_size);
+    e->max_levels = (64 + e->bits - 1) / e->bits;
+    for (uint32_t j = 0; j < 64; j++)
+        e->level_of_log2[j] = (uint8_t)(j / e->bits);
+    e->now_ns = now_ns;
+    uint64_t r;
+    e->cur = tw__div_floor(&e->tick, now_ns, &r);
+    int rc = tw__wheel_add_levels(e, 0);
+    if (rc)
+        tw__engine_destroy(e);
+    return rc;
+}
+
+void tw__engine_destroy(struct tw__engine *e)
+{
+    for (uint32_t k = 0; k < e->nlevels; k++)
+        tw__free(e->mem, e->level[k], (size_t)e->wsize * sizeof(struct tw__bucket));
+    e->nlevels = 0;
+    tw__dq_destroy(&e->dq, e->mem);
+    tw__pool_destroy(&e->pool, e->mem);
+}
+
+void tw__wheel_queue_bucket(struct tw__engine *e, uint32_t bn, uint64_t exp)
+{
+    tw__dq_push(&e->dq, exp, bn, bucket_heap_index, e);
+}
+
+void tw__wheel_bucket_emptied(struct tw__engine *e, uint32_t bn)
+{
+    struct tw__bucket *b = tw__bucket_at(e, bn);
+    if (b->heap_index != TW__NOT_QUEUED)
+        tw__dq_remove(&e->dq, b->heap_index, bucket_heap_index, e);
+}
+
+/* Moves the whole list of bucket bn (first..last) to the expired list. */
+static void splice_to_expired(struct tw__engine *e, uint32_t first,
+                              uint32_t last)
+{
+    uint32_t tail = e->expired.prev;
+    tw__link_at(e, tail)->next = first;
+    tw__link_at(e, first)->prev = tail;
+    tw__link_at(e, last)->next = TW__EXPIRED_SENT;
+    e->expired.prev = last;
+}
+
+uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
+{
+    uint64_t pops = 0;
+    const struct tw__dq_node *top;
+    while ((top = tw__dq_min(&e->dq)) && top->exp <= target) {
+        uint64_t exp = top->exp;
+        uint32_t bn = top->bn;
+        struct tw__bucket *b = tw__bucket_at(e, bn);
+        tw__dq_remove(&e->dq, 0, bucket_heap_index, e);
+        pops++;
+        /* Re-insertion is relative to the bucket's own time, which is what
+         * demotes its tasks by one level at least. */
+        if (exp > e->cur)
+            e->cur = exp;
+
+        uint32_t self = TW__SENT | bn;
+        uint32_t first = b->link.next, last = b->link.prev;
+        b->link.next = b->link.prev = self;
+        if (first == self)
+            continue; /* cannot happen: empty buckets leave the heap */
+
+        if (bn < e->wsize) { /* level 0: everything in it is due */
+            splice_to_expired(e, first, last);
+            continue;
+        }
+        for (uint32_t i = first; i != self;) {
+            struct tw__entry *en = tw__pool_entry(&e->pool, i);
+            uint32_t next = en->link.next;
+            if (next != self)
+                __builtin_prefetch(tw__pool_entry(&e->pool, next));
+            uint64_t dt = tw__ticks_ceil(e, en->deadline);
+            if (dt <= e->cur)
+                tw__list_append(e, TW__EXPIRED_SENT, i, en);
+            else
+                tw__wheel_place(e, i, en, dt);
+            e->cascaded++;
+            i = next;
+        }
+    }
+    if (target > e->cur)
+        e->cur = target;
+    e->bucket_pops += pops;
+    return pops;
+}
+
+void tw__wheel_collect_all(struct tw__engine *e)
+{
+    while (e->dq.n) {
+        uint32_t bn = e->dq.h[e->dq.n - 1].bn;
+        struct tw__bucket *b = tw__bucket_at(e, bn);
+        tw__dq_remove(&e->dq, e->dq.n - 1, bucket_heap_index, e);
+        uint32_t self = TW__SENT | bn;
+        uint32_t first = b->link.next, last = b->link.prev;
+        b->link.next = b->link.prev = self;
+        if (first != self)
+            splice_to_expired(e, first, last);
+    }
+}
+
+int tw__wheel_reserve_period(struct tw__engine *e, uint64_t period_ns)
+{
+    /* A re-armed deadline lies at most ceil(period / tick) + 1 ticks past
+     * the current tick. For a distance delta, level_of_log2 names the
+     * lowest level that can hold it and one more level always can,
+     * whatever the alignment of the current tick. */
+    uint64_t delta = tw__ticks_ceil(e, period_ns);
+    delta = delta == UINT64_MAX ? delta : delta + 1;
+    uint32_t k = 0;
+    if (delta >= e->wsize)
+        k = e->level_of_log2[63 - __builtin_clzll(delta)] + 1u;
+    if (k >= e->max_levels)
+        k = e->max_levels - 1;
+    return k < e->nlevels ? 0 : tw__wheel_add_levels(e, k);
+}

@@ -1,0 +1,117 @@
+/* helpers.h: what every twheel test shares: a manual clock, a counting
+ * allocator that can fail on demand, and a firing recorder. */
+#ifndef TW_TEST_HELPERS_H
+#define TW_TEST_HELPERS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "twheel.h"
+
+#define MS 1000000ull
+#define SEC (1000 * MS)
+
+/* An injectable clock that only moves when a test moves it. */
+struct fake_clock {
+    uint64_t now;
+};
+
+static inline uint64_t fake_clock_read(void *ctx)
+{
+    return ((struct fake_clock *)ctx)->now;
+}
+
+/* A counting allocator: fail_at = k makes the k-th allocation from now on
+ * fail (once); live counts blocks not yet freed. */
+struct count_alloc {
+    long allocs, frees, live;
+    long fail_at;   /* 0 = never */
+    long failed;
+    size_t bytes_live;
+};
+
+static inline void *count_alloc_fn(void *ctx, size_t size)
+{
+    struct count_alloc *a = ctx;
+    if (a->fail_at && --a->fail_at == 0) {
+        a->failed++;
+        return NULL;
+    }
+    void *p = malloc(size);
+    if (p) {
+        a->allocs++;
+        a->live++;
+    }
+    return p;
+}
+
+static inline void count_free_fn(void *ctx, void *p)
+{
+    struct count_alloc *a = ctx;
+    a->frees++;
+    a->live--;
+    free(p);
+}
+
+/* Options for a manual timer on a fake clock starting at `start`. */
+static inline struct tw_options manual_opts(struct fake_clock *c, uint64_t start,
+                                            uint64_t tick, uint32_t wheel)
+{
+    struct tw_options o;
+    tw_options_init(&o);
+    c->now = start;
+    o.clock = fake_clock_read;
+    o.clock_ctx = c;
+    o.tick_ns = tick;
+    o.wheel_size = wheel;
+    return o;
+}
+
+/* Records firings: which arg fired, at which timer time, in which order. */
+#define REC_MAX 4096
+struct recorder {
+    int n;
+    uintptr_t args[REC_MAX];
+    tw_id ids[REC_MAX];
+    uint64_t at[REC_MAX];
+};
+
+static inline void record_fn(tw_timer *t, tw_id id, void *arg)
+{
+    struct recorder *r = *(struct recorder **)arg;
+    (void)t;
+    if (r->n < REC_MAX) {
+        r->args[r->n] = (uintptr_t)arg;
+        r->ids[r->n] = id;
+        r->at[r->n] = tw_now(t);
+    }
+    r->n++;
+}
+
+static inline void noop_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (void)arg;
+}
+
+static inline void count_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (*(int *)arg)++;
+}
+
+static inline void assert_check(tw_timer *t)
+{
+    assert_int_equal(tw_check(t, stderr), 0);
+}
+
+#endif

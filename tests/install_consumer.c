@@ -1,0 +1,31 @@
+/* A user's program, built against the installed library via pkg-config. */
+#include <stdio.h>
+#include <twheel.h>
+
+static int fired;
+
+static void on_timeout(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    fired += *(int *)arg;
+}
+
+int main(void)
+{
+    tw_timer *t;
+    int one = 1;
+    if (tw_create(&t, NULL) != 0)
+        return 1;
+    uint64_t start = tw_now(t);
+    for (int k = 0; k < 1000; k++)
+        if (tw_schedule(t, (uint64_t)k * 1000000, on_timeout, &one, NULL) != 0)
+            return 2;
+    uint64_t d;
+    while (tw_next_deadline(t, &d) == 0)
+        tw_advance(t, d);
+    printf("consumer: %d timers fired over %llu ms of timer time\n", fired,
+           (unsigned long long)((tw_now(t) - start) / 1000000));
+    tw_destroy(t);
+    return fired == 1000 ? 0 : 3;
+}

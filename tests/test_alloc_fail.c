@@ -1,0 +1,142 @@
+/* test_alloc_fail.c: allocation failure at every allocation site in turn.
+ *
+ * A script of operations that between them reach every allocation site
+ * (first slab, slab directory growth, every new wheel level and its
+ * delay-queue room, periodic reservations, extra records, the key map,
+ * long keys) runs once to count its allocations A, then A more times with
+ * the N-th allocation failing. Each failing call must return -ENOMEM and
+ * leave the timer exactly as it was (same pending count, tw_check clean);
+ * retried, it must succeed; at the end every task that was not cancelled
+ * fires exactly once, and destroy returns every block. */
+#include "helpers.h"
+
+#define MANY 9000 /* > 8 slabs of 1024: the slab directory grows too */
+
+struct script {
+    tw_timer *t;
+    int fired;
+    int expected;
+    tw_id ids[MANY + 64];
+    int nids;
+};
+
+static int op(struct script *s, int k)
+{
+    tw_timer *t = s->t;
+    tw_id id = 0;
+    int rc;
+    switch (k) {
+    case 0: rc = tw_schedule(t, MS, count_fn, &s->fired, &id); break;
+    case 1: rc = tw_schedule(t, 10 * SEC, count_fn, &s->fired, &id); break;
+    case 2: rc = tw_schedule(t, 3 * 86400 * SEC, count_fn, &s->fired, &id); break;
+    case 3: rc = tw_schedule_every(t, MS, 40 * 86400 * SEC, TW_FIXED_DELAY, count_fn, &s->fired, &id); break;
+    case 4: rc = tw_schedule_keyed(t, "short", 5, 2 * MS, count_fn, &s->fired, &id); break;
+    case 5: {
+        char key[100];
+        memset(key, 'k', sizeof key);
+        rc = tw_schedule_keyed(t, key, sizeof key, 3 * MS, count_fn, &s->fired, &id);
+        break;
+    }
+    case 6: rc = tw_schedule_keyed(t, "short", 5, 4 * MS, count_fn, &s->fired, &id); break; /* replace */
+    case 7: rc = tw_reschedule(t, s->ids[0], 100ull * 365 * 86400 * SEC); break;
+    default:
+        if (k < 8 + 20) { /* 20 keys: the key map grows */
+            char key[16];
+            int len = snprintf(key, sizeof key, "key%d", k);
+            rc = tw_schedule_keyed(t, key, (size_t)len, 5 * MS, count_fn, &s->fired, &id);
+        } else {
+            rc = tw_schedule(t, (uint64_t)(k % 5000) * MS, count_fn, &s->fired, &id);
+        }
+        break;
+    }
+    if (!rc && id) {
+        s->ids[s->nids++] = id;
+        if (k != 3 && k != 6)
+            s->expected++; /* the periodic one is cancelled; 6 replaces 4 */
+    }
+    return rc;
+}
+
+#define NOPS (8 + 20 + MANY)
+
+static long run(long fail_at, long *allocs)
+{
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.allocator.alloc = count_alloc_fn;
+    o.allocator.free = count_free_fn;
+    o.allocator.ctx = &a;
+    static struct script s;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(tw_create(&s.t, &o), 0);
+    long base = a.allocs;
+    a.fail_at = fail_at;
+    for (int k = 0; k < NOPS; k++) {
+        size_t before = tw_pending(s.t);
+        int rc = op(&s, k);
+        if (rc == -ENOMEM) {
+            assert_int_equal(tw_pending(s.t), before);
+            assert_check(s.t);
+            rc = op(&s, k); /* the failure was one-shot: must work now */
+        }
+        assert_int_equal(rc, 0);
+    }
+    *allocs = a.allocs - base;
+    assert_check(s.t);
+    /* the periodic task (ids[3]) is cancelled; all the others fire once */
+    assert_int_equal(tw_cancel(s.t, s.ids[3]), 0);
+    assert_true(tw_advance(s.t, UINT64_MAX) >= 0);
+    assert_int_equal(s.fired, s.expected);
+    assert_int_equal(tw_pending(s.t), 0);
+    tw_destroy(s.t);
+    assert_int_equal(a.live, 0);
+    return a.failed;
+}
+
+static void test_every_allocation_fails_cleanly(void **state)
+{
+    (void)state;
+    long allocs = 0;
+    assert_int_equal(run(0, &allocs), 0);
+    assert_true(allocs >= 15); /* the script does reach many sites */
+    for (long n = 1; n <= allocs; n++) {
+        long again;
+        assert_int_equal(run(n, &again), 1); /* exactly that one failed */
+    }
+}
+
+static void test_create_fails_cleanly(void **state)
+{
+    (void)state;
+    for (long n = 1;; n++) {
+        struct count_alloc a = { 0 };
+        a.fail_at = n;
+        struct tw_options o;
+        tw_options_init(&o);
+        o.allocator.alloc = count_alloc_fn;
+        o.allocator.free = count_free_fn;
+        o.allocator.ctx = &a;
+        tw_timer *t = NULL;
+        int rc = tw_create(&t, &o);
+        if (rc == 0) {
+            assert_int_equal(a.failed, 0);
+            tw_destroy(t);
+            assert_int_equal(a.live, 0);
+            assert_true(n > 2);
+            break;
+        }
+        assert_int_equal(rc, -ENOMEM);
+        assert_null(t);
+        assert_int_equal(a.live, 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_fails_cleanly),
+        cmocka_unit_test(test_every_allocation_fails_cleanly),
+    };
+    return cmocka_run_group_tests_name("alloc_fail", tests, NULL, NULL);
+}

@@ -1,0 +1,735 @@
+/* test_api.c: every public function and every error path, manual mode. */
+#include "helpers.h"
+
+/* Each recorded task gets a slot whose first word points at the recorder. */
+struct tag {
+    struct recorder *r;
+    int n;
+};
+
+static tw_timer *mk(struct fake_clock *c, uint64_t start, uint64_t tick, uint32_t w)
+{
+    struct tw_options o = manual_opts(c, start, tick, w);
+    tw_timer *t = NULL;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_non_null(t);
+    return t;
+}
+
+static void test_options_defaults(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    memset(&o, 0xff, sizeof(o));
+    tw_options_init(&o);
+    assert_int_equal(o.tick_ns, 1000000);
+    assert_int_equal(o.wheel_size, 64);
+    assert_int_equal(o.max_pending, 0);
+    assert_null(o.clock);
+    assert_null(o.allocator.alloc);
+    assert_int_equal(o.threaded, 0);
+    tw_options_init(NULL); /* harmless */
+}
+
+static void test_create_errors(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_timer *t = (tw_timer *)0x1;
+    tw_options_init(&o);
+    assert_int_equal(tw_create(NULL, &o), -EINVAL);
+    o.tick_ns = 0;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    tw_options_init(&o);
+    uint32_t bad_sizes[] = { 0, 1, 3, 6, 100, TW_MAX_WHEEL_SIZE * 2 };
+    for (size_t k = 0; k < sizeof(bad_sizes) / sizeof(bad_sizes[0]); k++) {
+        o.wheel_size = bad_sizes[k];
+        assert_int_equal(tw_create(&t, &o), -EINVAL);
+    }
+    tw_options_init(&o);
+    o.allocator.alloc = count_alloc_fn; /* free missing */
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    tw_options_init(&o);
+    o.workers = 2; /* workers without threaded */
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    tw_options_init(&o);
+    o.threaded = 2;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    assert_ptr_equal(t, (tw_timer *)0x1); /* untouched on error */
+
+    /* NULL options: defaults on CLOCK_MONOTONIC */
+    assert_int_equal(tw_create(&t, NULL), 0);
+    assert_true(tw_now(t) > 0);
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+    tw_destroy(NULL);
+
+    /* extreme but valid geometries */
+    struct fake_clock c;
+    uint32_t sizes[] = { 2, 4, 1u << 16 };
+    for (size_t k = 0; k < 3; k++) {
+        t = mk(&c, 0, 1, sizes[k]);
+        int n = 0;
+        assert_int_equal(tw_schedule(t, UINT64_MAX, count_fn, &n, NULL), 0);
+        assert_int_equal(tw_schedule(t, 5, count_fn, &n, NULL), 0);
+        assert_check(t);
+        assert_int_equal(tw_advance(t, 5), 1);
+        assert_int_equal(tw_advance(t, UINT64_MAX), 1);
+        assert_int_equal(n, 2);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
+static void test_time_starts_at_clock(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 123456789, MS, 64);
+    assert_int_equal(tw_now(t), 123456789);
+    c.now = 999 * SEC; /* manual mode: the clock is read only at creation */
+    assert_int_equal(tw_now(t), 123456789);
+    int n = 0;
+    assert_int_equal(tw_schedule(t, 10 * MS, count_fn, &n, NULL), 0);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    /* deadline 133456789 rounded up to the 1 ms tick */
+    assert_int_equal(d, 134000000);
+    assert_int_equal(tw_advance(t, 133999999), 0);
+    assert_int_equal(tw_advance(t, 134000000), 1);
+    tw_destroy(t);
+}
+
+static void test_schedule_errors(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    tw_id id = 77;
+    int n = 0;
+    assert_int_equal(tw_schedule(NULL, 1, count_fn, &n, &id), -EINVAL);
+    assert_int_equal(tw_schedule(t, 1, NULL, &n, &id), -EINVAL);
+    assert_int_equal(tw_schedule_at(NULL, 1, count_fn, &n, &id), -EINVAL);
+    assert_int_equal(tw_schedule_at(t, 1, NULL, &n, &id), -EINVAL);
+    assert_int_equal(id, 77);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_schedule(t, 1, count_fn, &n, NULL), 0); /* id may be NULL */
+    assert_int_equal(tw_pending(t), 1);
+    tw_destroy(t);
+}
+
+static void test_never_early_rounds_up(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int a = 0, b = 0;
+    /* on a tick boundary: fires exactly there */
+    assert_int_equal(tw_schedule(t, 5 * MS, count_fn, &a, NULL), 0);
+    /* mid-tick: rounded up to the next boundary, never down */
+    assert_int_equal(tw_schedule(t, 5 * MS + 1, count_fn, &b, NULL), 0);
+    assert_int_equal(tw_advance(t, 5 * MS - 1), 0);
+    assert_int_equal(tw_advance(t, 5 * MS), 1);
+    assert_int_equal(a, 1);
+    assert_int_equal(b, 0);
+    assert_int_equal(tw_advance(t, 6 * MS - 1), 0);
+    assert_int_equal(tw_advance(t, 6 * MS), 1);
+    assert_int_equal(b, 1);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.late_max_ns, MS - 1); /* b was due at 5ms+1 */
+    tw_destroy(t);
+}
+
+static void test_schedule_at_past(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 100 * MS, MS, 64);
+    int n = 0;
+    assert_int_equal(tw_schedule_at(t, 50 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule_at(t, 0, count_fn, &n, NULL), 0);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_true(d <= tw_now(t)); /* due now */
+    assert_int_equal(tw_advance(t, tw_now(t)), 2); /* same time: fires */
+    assert_int_equal(n, 2);
+    assert_int_equal(tw_next_deadline(t, &d), -ENOENT);
+    tw_destroy(t);
+}
+
+static void test_overflow_clamps_and_far_future(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, UINT64_MAX - 10 * SEC, MS, 64);
+    int n = 0, far = 0;
+    /* now + delay wraps: clamped to the far future, still works */
+    assert_int_equal(tw_schedule(t, 20 * SEC, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule(t, UINT64_MAX, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_advance(t, UINT64_MAX - 1), 0);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 2);
+    assert_int_equal(n, 2);
+    tw_destroy(t);
+
+    /* delays of days and years */
+    t = mk(&c, 0, MS, 64);
+    const uint64_t day = 86400 * SEC, year = 365 * day;
+    assert_int_equal(tw_schedule(t, 3 * day, count_fn, &far, NULL), 0);
+    assert_int_equal(tw_schedule(t, 10 * year, count_fn, &far, NULL), 0);
+    assert_check(t);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_true(s.levels >= 6);
+    assert_int_equal(tw_advance(t, 3 * day - 1), 0);
+    assert_int_equal(tw_advance(t, 3 * day), 1);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 10 * year - 1), 0);
+    assert_int_equal(tw_advance(t, 10 * year), 1);
+    assert_int_equal(far, 2);
+    tw_destroy(t);
+}
+
+static void test_clock_backwards(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 50 * MS, MS, 64);
+    int n = 0;
+    assert_int_equal(tw_schedule(t, 10 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_advance(t, 55 * MS), 0);
+    assert_int_equal(tw_advance(t, 10 * MS), 0); /* backwards: ignored */
+    assert_int_equal(tw_now(t), 55 * MS);
+    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_advance(t, 60 * MS), 1);
+    assert_int_equal(n, 1);
+    tw_destroy(t);
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    tw_id a, b;
+    assert_int_equal(tw_schedule(t, 5 * MS, count_fn, &n, &a), 0);
+    assert_int_equal(tw_schedule(t, 5 * MS, count_fn, &n, &b), 0);
+    assert_true(a != 0 && b != 0 && a != b);
+    assert_int_equal(tw_cancel(NULL, a), -EINVAL);
+    assert_int_equal(tw_cancel(t, 0), -ENOENT);
+    assert_int_equal(tw_cancel(t, 0xdeadbeefcafe1234ull), -ENOENT);
+    assert_int_equal(b, a + 1); /* next slot, same generation */
+    assert_int_equal(tw_cancel(t, a + (2ull << 32)), -ENOENT); /* a later gen */
+    assert_int_equal(tw_cancel(t, a ^ (1ull << 32)), -ENOENT);  /* a free gen */
+    assert_int_equal(tw_cancel(t, a), 0);
+    assert_int_equal(tw_cancel(t, a), -ENOENT);
+    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_advance(t, 5 * MS), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(tw_cancel(t, b), -ENOENT); /* already fired */
+    /* the freed slot is reused; the stale id must not touch the new task */
+    tw_id c2;
+    assert_int_equal(tw_schedule(t, MS, count_fn, &n, &c2), 0);
+    assert_true(c2 != a && c2 != b);
+    assert_int_equal(tw_cancel(t, a), -ENOENT);
+    assert_int_equal(tw_cancel(t, b), -ENOENT);
+    assert_int_equal(tw_pending(t), 1);
+    /* cancelling the only task of a bucket takes the bucket off the queue */
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.queued_buckets, 1);
+    assert_int_equal(tw_cancel(t, c2), 0);
+    tw_stats(t, &s);
+    assert_int_equal(s.queued_buckets, 0);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), -ENOENT);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static void test_reschedule(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    tw_id a;
+    assert_int_equal(tw_schedule(t, 10 * MS, count_fn, &n, &a), 0);
+    assert_int_equal(tw_reschedule(NULL, a, 1), -EINVAL);
+    assert_int_equal(tw_reschedule(t, 0, 1), -ENOENT);
+    assert_int_equal(tw_reschedule(t, a, 3 * SEC), 0); /* later, coarser level */
+    assert_int_equal(tw_advance(t, 10 * MS), 0);
+    assert_int_equal(tw_reschedule(t, a, 2 * MS), 0); /* now + 2 ms */
+    assert_int_equal(tw_advance(t, 11 * MS), 0);
+    assert_int_equal(tw_advance(t, 12 * MS), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(tw_reschedule(t, a, MS), -ENOENT);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static void test_order_across_levels(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 4); /* tiny wheel: many levels */
+    struct recorder r = { 0 };
+    struct tag tags[200];
+    for (int k = 199; k >= 0; k--) {
+        tags[k].r = &r;
+        assert_int_equal(tw_schedule(t, (uint64_t)(k + 1) * MS, record_fn, &tags[k], NULL), 0);
+    }
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 1000 * MS), 200);
+    for (int k = 0; k < 200; k++)
+        assert_ptr_equal((void *)r.args[k], &tags[k]);
+    tw_destroy(t);
+}
+
+static int self_cancel_calls;
+static void self_cancel_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    self_cancel_calls++;
+    if (self_cancel_calls == 3)
+        assert_int_equal(tw_cancel(t, id), 0);
+}
+
+static void test_periodic_fixed_rate(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    struct recorder r = { 0 };
+    struct tag tg = { &r, 0 };
+    tw_id id;
+    assert_int_equal(tw_schedule_every(NULL, 1, 1, TW_FIXED_RATE, record_fn, &tg, &id), -EINVAL);
+    assert_int_equal(tw_schedule_every(t, 1, 0, TW_FIXED_RATE, record_fn, &tg, &id), -EINVAL);
+    assert_int_equal(tw_schedule_every(t, 1, 1, 0, record_fn, &tg, &id), -EINVAL);
+    assert_int_equal(tw_schedule_every(t, 1, 1, TW_FIXED_RATE | TW_FIXED_DELAY, record_fn, &tg, &id), -EINVAL);
+    assert_int_equal(tw_schedule_every(t, 1, 1, TW_FIXED_RATE, NULL, &tg, &id), -EINVAL);
+    assert_int_equal(tw_pending(t), 0);
+
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, record_fn, &tg, &id), 0);
+    assert_int_equal(tw_advance(t, 10 * MS), 1);
+    assert_int_equal(tw_advance(t, 20 * MS), 1);
+    assert_int_equal(tw_pending(t), 1);
+    /* late by 45 ms: one firing, no burst; the rate grid is kept */
+    assert_int_equal(tw_advance(t, 65 * MS), 1);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 70 * MS);
+    assert_int_equal(tw_advance(t, 70 * MS), 1);
+    assert_int_equal(r.n, 4);
+    for (int k = 0; k < r.n; k++)
+        assert_int_equal(r.ids[k], id); /* the same id every time */
+    assert_int_equal(tw_cancel(t, id), 0);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    assert_int_equal(tw_advance(t, 500 * MS), 0);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+
+    /* a periodic task cancelling itself from its own callback */
+    self_cancel_calls = 0;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, self_cancel_fn, NULL, &id), 0);
+    for (int k = 0; k < 10; k++)
+        tw_advance(t, tw_now(t) + MS);
+    assert_int_equal(self_cancel_calls, 3);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static void test_periodic_fixed_delay(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_DELAY, count_fn, &n, &id), 0);
+    assert_int_equal(tw_advance(t, 13 * MS), 1); /* late by 3 */
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 23 * MS); /* counted from when the callback ran */
+    assert_int_equal(tw_advance(t, 22 * MS), 0);
+    assert_int_equal(tw_advance(t, 23 * MS), 1);
+    assert_int_equal(n, 2);
+    /* a period longer than the wheel levels made so far: re-arming it
+     * must not need memory (levels were reserved at schedule time) */
+    tw_id slow;
+    assert_int_equal(tw_schedule_every(t, MS, 40 * 86400 * SEC, TW_FIXED_DELAY, count_fn, &n, &slow), 0);
+    assert_int_equal(tw_advance(t, 24 * MS), 1);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 33 * MS);
+    assert_int_equal(tw_cancel(t, id), 0);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_true(d > 24 * MS && d <= 24 * MS + 40 * 86400 * SEC);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static tw_id resched_id;
+static int resched_calls;
+static void resched_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    resched_calls++;
+    resched_id = id;
+    /* back off: the next firing 50 ms from now instead of the period */
+    assert_int_equal(tw_reschedule(t, id, 50 * MS), 0);
+}
+
+static void test_periodic_reschedule_from_callback(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, resched_fn, NULL, &id), 0);
+    assert_int_equal(tw_advance(t, MS), 1);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 51 * MS);
+    assert_int_equal(tw_advance(t, 50 * MS), 0);
+    assert_int_equal(tw_advance(t, 51 * MS), 1);
+    assert_int_equal(resched_calls, 2);
+    assert_int_equal(resched_id, id);
+    assert_int_equal(tw_cancel(t, id), 0);
+    tw_destroy(t);
+}
+
+static void test_keyed(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int a = 0, b = 0, l = 0;
+    tw_id id1, id2;
+    assert_int_equal(tw_schedule_keyed(NULL, "k", 1, MS, count_fn, &a, NULL), -EINVAL);
+    assert_int_equal(tw_schedule_keyed(t, NULL, 1, MS, count_fn, &a, NULL), -EINVAL);
+    assert_int_equal(tw_schedule_keyed(t, "k", 0, MS, count_fn, &a, NULL), -EINVAL);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, NULL, &a, NULL), -EINVAL);
+    assert_int_equal(tw_cancel_keyed(t, "k", 0), -EINVAL);
+    assert_int_equal(tw_cancel_keyed(NULL, "k", 1), -EINVAL);
+    assert_int_equal(tw_cancel_keyed(t, "k", 1), -ENOENT);
+
+    assert_int_equal(tw_schedule_keyed(t, "conn-1", 6, 10 * MS, count_fn, &a, &id1), 0);
+    assert_int_equal(tw_schedule_keyed(t, "conn-1", 6, 20 * MS, count_fn, &b, &id2), 0);
+    assert_true(id1 != id2);
+    assert_int_equal(tw_pending(t), 1); /* replaced, not added */
+    assert_int_equal(tw_cancel(t, id1), -ENOENT);
+    assert_int_equal(tw_advance(t, 10 * MS), 0);
+    assert_int_equal(tw_advance(t, 20 * MS), 1);
+    assert_int_equal(a, 0);
+    assert_int_equal(b, 1);
+    /* the fired task freed its key */
+    assert_int_equal(tw_cancel_keyed(t, "conn-1", 6), -ENOENT);
+    assert_int_equal(tw_schedule_keyed(t, "conn-1", 6, 5 * MS, count_fn, &a, &id1), 0);
+    assert_int_equal(tw_cancel_keyed(t, "conn-1", 6), 0);
+    assert_int_equal(tw_cancel(t, id1), -ENOENT);
+    assert_int_equal(tw_cancel_keyed(t, "conn-1", 6), -ENOENT);
+    /* cancel by id also frees the key */
+    assert_int_equal(tw_schedule_keyed(t, "x", 1, 5 * MS, count_fn, &a, &id1), 0);
+    assert_int_equal(tw_cancel(t, id1), 0);
+    assert_int_equal(tw_cancel_keyed(t, "x", 1), -ENOENT);
+
+    /* keys longer than the inline room, and binary keys */
+    char longkey[300];
+    for (int k = 0; k < 300; k++)
+        longkey[k] = (char)(k * 7);
+    assert_int_equal(tw_schedule_keyed(t, longkey, 300, 5 * MS, count_fn, &l, NULL), 0);
+    assert_int_equal(tw_schedule_keyed(t, longkey, 299, 5 * MS, count_fn, &l, NULL), 0);
+    assert_int_equal(tw_pending(t), 2);
+    assert_int_equal(tw_schedule_keyed(t, longkey, 300, 6 * MS, count_fn, &l, NULL), 0);
+    assert_int_equal(tw_pending(t), 2);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 100 * MS), 2);
+    assert_int_equal(l, 2);
+
+    /* many keys: the map grows and shrinks correctly */
+    char key[16];
+    for (int k = 0; k < 1000; k++) {
+        int len = snprintf(key, sizeof key, "key%d", k);
+        assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, (uint64_t)(k + 1) * MS, count_fn, &a, NULL), 0);
+    }
+    for (int k = 0; k < 1000; k += 2) {
+        int len = snprintf(key, sizeof key, "key%d", k);
+        assert_int_equal(tw_cancel_keyed(t, key, (size_t)len), 0);
+    }
+    assert_check(t);
+    assert_int_equal(tw_pending(t), 500);
+    for (int k = 1; k < 1000; k += 2) {
+        int len = snprintf(key, sizeof key, "key%d", k);
+        assert_int_equal(tw_cancel_keyed(t, key, (size_t)len), 0);
+    }
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static void test_max_pending(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.max_pending = 3;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    int n = 0;
+    tw_id ids[3], extra = 42;
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(tw_schedule(t, MS, count_fn, &n, &ids[k]), 0);
+    assert_int_equal(tw_schedule(t, MS, count_fn, &n, &extra), -EAGAIN);
+    assert_int_equal(tw_schedule_at(t, MS, count_fn, &n, &extra), -EAGAIN);
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, count_fn, &n, &extra), -EAGAIN);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, count_fn, &n, &extra), -EAGAIN);
+    assert_int_equal(extra, 42);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.rejected, 4);
+    assert_int_equal(s.pending, 3);
+    assert_int_equal(tw_cancel(t, ids[0]), 0);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, count_fn, &n, NULL), 0);
+    /* replacing a key does not add a task, so it is allowed at the bound */
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, 2 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_advance(t, 5 * MS), 3);
+    assert_int_equal(n, 3);
+    tw_destroy(t);
+}
+
+static void reenter_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    int *rc = arg;
+    *rc = tw_advance(t, tw_now(t) + SEC);
+}
+
+struct sib {
+    tw_id other;
+    int cancel_rc;
+    int fired;
+};
+
+static void cancel_sibling_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    struct sib *s = arg;
+    s->fired++;
+    s->cancel_rc = tw_cancel(t, s->other);
+}
+
+static int chain_count;
+static void chain_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    /* due immediately: must wait for the next advance, not loop forever */
+    if (++chain_count < 5)
+        assert_int_equal(tw_schedule(t, 0, chain_fn, NULL, NULL), 0);
+}
+
+static void test_callbacks_reenter(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int rc = 0;
+    assert_int_equal(tw_schedule(t, MS, reenter_fn, &rc, NULL), 0);
+    assert_int_equal(tw_advance(t, MS), 1);
+    assert_int_equal(rc, -EDEADLK);
+    assert_int_equal(tw_advance(NULL, 0), -EINVAL);
+
+    /* a callback cancels a sibling due in the same advance: it never runs */
+    struct sib s1 = { 0 }, s2 = { 0 };
+    tw_id i1, i2;
+    assert_int_equal(tw_schedule(t, MS, cancel_sibling_fn, &s1, &i1), 0);
+    assert_int_equal(tw_schedule(t, MS, cancel_sibling_fn, &s2, &i2), 0);
+    s1.other = i2;
+    s2.other = i1;
+    assert_int_equal(tw_advance(t, 2 * MS), 1);
+    assert_int_equal(s1.fired + s2.fired, 1);
+    assert_int_equal(s1.fired ? s1.cancel_rc : s2.cancel_rc, 0);
+    assert_int_equal(tw_pending(t), 0);
+
+    chain_count = 0;
+    assert_int_equal(tw_schedule(t, 0, chain_fn, NULL, NULL), 0);
+    assert_int_equal(tw_advance(t, 3 * MS), 1);
+    assert_int_equal(tw_advance(t, 3 * MS), 1);
+    assert_int_equal(chain_count, 2);
+    while (tw_pending(t))
+        tw_advance(t, tw_now(t));
+    assert_int_equal(chain_count, 5);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static void test_next_deadline_loop(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(NULL, &d), -EINVAL);
+    assert_int_equal(tw_next_deadline(t, NULL), -EINVAL);
+    assert_int_equal(tw_next_deadline(t, &d), -ENOENT);
+    struct recorder r = { 0 };
+    static struct tag tags[500];
+    uint64_t delays[500];
+    uint64_t x = 12345;
+    for (int k = 0; k < 500; k++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        delays[k] = (x >> 20) % (3600 * SEC);
+        tags[k].r = &r;
+        tags[k].n = k;
+        assert_int_equal(tw_schedule(t, delays[k], record_fn, &tags[k], NULL), 0);
+    }
+    /* An event loop: sleep until tw_next_deadline, advance, repeat. */
+    int wakeups = 0;
+    while (tw_next_deadline(t, &d) == 0) {
+        assert_true(d >= tw_now(t) || tw_pending(t));
+        assert_true(tw_advance(t, d) >= 0);
+        wakeups++;
+        assert_true(wakeups < 5000);
+    }
+    assert_int_equal(r.n, 500);
+    for (int k = 0; k < 500; k++) {
+        struct tag *tg = (struct tag *)r.args[k];
+        uint64_t due = delays[tg->n];
+        assert_true(r.at[k] >= due);      /* never early */
+        assert_true(r.at[k] < due + MS);  /* at most one tick late */
+        if (k) { /* deadline order, to the tick */
+            uint64_t before = delays[((struct tag *)r.args[k - 1])->n];
+            assert_true((before + MS - 1) / MS <= (due + MS - 1) / MS);
+        }
+    }
+    tw_destroy(t);
+}
+
+static void drain_each(tw_timer *t, tw_id id, void *arg)
+{
+    int *ctx = tw_drain_arg(t);
+    assert_non_null(ctx);
+    assert_true(id != 0);
+    (*ctx)++;
+    (*(int *)arg) += 100;
+}
+
+static void test_drain(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int args[4] = { 0 };
+    assert_int_equal(tw_schedule(t, MS, count_fn, &args[0], NULL), 0);
+    assert_int_equal(tw_schedule(t, 10 * SEC, count_fn, &args[1], NULL), 0);
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, count_fn, &args[2], NULL), 0);
+    assert_int_equal(tw_schedule_keyed(t, "key", 3, MS, count_fn, &args[3], NULL), 0);
+    int handed = 0;
+    assert_int_equal(tw_drain(t, drain_each, &handed), 4);
+    assert_int_equal(handed, 4);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(args[k], 100); /* each got its own arg, unfired */
+    assert_null(tw_drain_arg(t));
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_cancel_keyed(t, "key", 3), -ENOENT);
+    assert_int_equal(tw_advance(t, 100 * SEC), 0);
+    assert_int_equal(tw_drain(t, NULL, NULL), 0);
+    assert_int_equal(tw_drain(NULL, NULL, NULL), 0);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.drained, 4);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static void test_stats_and_misc(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    tw_id a;
+    assert_int_equal(tw_schedule(t, 2 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule(t, 5 * SEC, count_fn, &n, &a), 0);
+    assert_int_equal(tw_schedule(t, 10 * SEC, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_cancel(t, a), 0);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.pending, 2);
+    assert_int_equal(s.scheduled, 3);
+    assert_int_equal(s.cancelled, 1);
+    assert_int_equal(s.fired, 0);
+    assert_int_equal(s.levels, 3);
+    assert_int_equal(s.queued_buckets, 2);
+    assert_int_equal(s.entry_bytes, 36);
+    assert_true(s.memory_bytes > 0);
+    assert_int_equal(tw_advance(t, 20 * SEC), 2);
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, 2);
+    assert_int_equal(s.advances, 1);
+    assert_true(s.cascaded >= 1); /* the 10 s task came down the levels */
+    assert_true(s.bucket_pops >= 2);
+    assert_int_equal(s.queued_buckets, 0);
+    tw_stats(t, NULL);
+    tw_stats(NULL, &s);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(tw_now(NULL), 0);
+    assert_int_equal(tw_pending(NULL), 0);
+    assert_int_equal(tw_check(NULL, NULL), -EINVAL);
+    assert_int_equal(tw_check(t, NULL), 0);
+    assert_int_equal(tw_stop(t, NULL, NULL), -EINVAL); /* manual timer */
+    assert_string_equal(tw_strerror(-ENOENT), "no such pending task");
+    assert_string_equal(tw_strerror(-EINVAL), "invalid argument");
+    assert_string_equal(tw_strerror(12345), "unknown error");
+    tw_destroy(t);
+}
+
+static void test_ids_never_reissued(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    /* the same slot is reused over and over (LIFO): every id differs */
+    tw_id prev = 0;
+    for (int k = 0; k < 10000; k++) {
+        tw_id id;
+        assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &id), 0);
+        assert_true(id != 0);
+        assert_true(id != prev);
+        assert_int_equal(tw_cancel(t, id), 0);
+        assert_int_equal(tw_cancel(t, prev), -ENOENT);
+        prev = id;
+    }
+    tw_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_options_defaults),
+        cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_time_starts_at_clock),
+        cmocka_unit_test(test_schedule_errors),
+        cmocka_unit_test(test_never_early_rounds_up),
+        cmocka_unit_test(test_schedule_at_past),
+        cmocka_unit_test(test_overflow_clamps_and_far_future),
+        cmocka_unit_test(test_clock_backwards),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_reschedule),
+        cmocka_unit_test(test_order_across_levels),
+        cmocka_unit_test(test_periodic_fixed_rate),
+        cmocka_unit_test(test_periodic_fixed_delay),
+        cmocka_unit_test(test_periodic_reschedule_from_callback),
+        cmocka_unit_test(test_keyed),
+        cmocka_unit_test(test_max_pending),
+        cmocka_unit_test(test_callbacks_reenter),
+        cmocka_unit_test(test_next_deadline_loop),
+        cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_stats_and_misc),
+        cmocka_unit_test(test_ids_never_reissued),
+    };
+    return cmocka_run_group_tests_name("api", tests, NULL, NULL);
+}
