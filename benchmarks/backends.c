@@ -1,0 +1,635 @@
+/* backends.c: the timer implementations twheel-bench compares.
+ *
+ * - twheel, manual mode and threaded mode;
+ * - an index-tracked binary min-heap (what libuv, libevent and Java's
+ *   ScheduledThreadPoolExecutor use), written here as a strong baseline:
+ *   deadlines are stored in the heap array itself, so a comparison does
+ *   not chase a pointer;
+ * - a single-level hashed wheel with rounds (Netty's HashedWheelTimer:
+ *   512 buckets, the bucket of every tick walked and each task's rounds
+ *   counted down), also written here;
+ * - libevent and libuv when their development packages are present. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "twheel.h"
+
+uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- twheel ----------------------------------------------------------- */
+
+static void tw_fire(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    bench_fired(arg);
+}
+
+static int twm_open_mode(struct backend *b, size_t cap, int threaded)
+{
+    (void)cap;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.tick_ns = b->tick_ns;
+    o.threaded = threaded;
+    tw_timer *t;
+    int rc = tw_create(&t, &o);
+    if (rc)
+        return rc;
+    b->impl = t;
+    return 0;
+}
+
+static int twm_open(struct backend *b, size_t cap, uint64_t now)
+{
+    (void)now;
+    return twm_open_mode(b, cap, 0);
+}
+
+static int twt_open(struct backend *b, size_t cap, uint64_t now)
+{
+    (void)now;
+    return twm_open_mode(b, cap, 1);
+}
+
+static void twm_close(struct backend *b)
+{
+    tw_destroy(b->impl);
+}
+
+static uint64_t twm_add(struct backend *b, uint64_t delay, void *arg)
+{
+    tw_id id = 0;
+    tw_schedule(b->impl, delay, tw_fire, arg, &id);
+    return id;
+}
+
+static void twm_cancel(struct backend *b, uint64_t h)
+{
+    tw_cancel(b->impl, h);
+}
+
+static size_t twm_advance(struct backend *b, uint64_t now)
+{
+    int n = tw_advance(b->impl, now);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static uint64_t twm_next(struct backend *b)
+{
+    uint64_t d;
+    return tw_next_deadline(b->impl, &d) == 0 ? d : UINT64_MAX;
+}
+
+static uint64_t twm_bytes(struct backend *b)
+{
+    struct tw_stats s;
+    tw_stats(b->impl, &s);
+    return s.memory_bytes;
+}
+
+static uint64_t twm_wakeups(struct backend *b)
+{
+    struct tw_stats s;
+    tw_stats(b->impl, &s);
+    return s.advances;
+}
+
+static size_t twt_advance(struct backend *b, uint64_t now)
+{
+    (void)b;
+    (void)now;
+    return 0; /* the driver thread fires */
+}
+
+static uint64_t twt_next(struct backend *b)
+{
+    (void)b;
+    return UINT64_MAX;
+}
+
+const struct backend_ops be_twheel = {
+    "twheel", "twheel, manual mode (the caller advances the clock)", 0,
+    twm_open, twm_close, twm_add, twm_cancel, twm_advance, twm_next, twm_bytes,
+    twm_wakeups,
+};
+
+const struct backend_ops be_twheel_threaded = {
+    "twheel-thr", "twheel, threaded mode (driver thread, locked API)", 1,
+    twt_open, twm_close, twm_add, twm_cancel, twt_advance, twt_next, twm_bytes,
+    twm_wakeups,
+};
+
+/* ---- binary heap ------------------------------------------------------ */
+
+struct hent {
+    uint64_t deadline;
+    uint32_t node;
+    uint32_t seq; /* FIFO among equal deadlines */
+};
+
+struct hnode {
+    void (*cb)(void *);
+    void *arg;
+    uint32_t pos; /* index in the heap array */
+    uint32_t next_free;
+};
+
+struct heap {
+    struct hent *h;
+    struct hnode *nodes;
+    uint32_t n, free_head, seq;
+    uint64_t now, wakeups, cap;
+};
+
+static inline int hless(const struct hent *a, const struct hent *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+static inline void hset(struct heap *q, uint32_t pos, struct hent e)
+{
+    q->h[pos] = e;
+    q->nodes[e.node].pos = pos;
+}
+
+static void hup(struct heap *q, uint32_t pos)
+{
+    struct hent e = q->h[pos];
+    while (pos) {
+        uint32_t p = (pos - 1) / 2;
+        if (!hless(&e, &q->h[p]))
+            break;
+        hset(q, pos, q->h[p]);
+        pos = p;
+    }
+    hset(q, pos, e);
+}
+
+static void hdown(struct heap *q, uint32_t pos)
+{
+    struct hent e = q->h[pos];
+    for (;;) {
+        uint32_t c = 2 * pos + 1;
+        if (c >= q->n)
+            break;
+        if (c + 1 < q->n && hless(&q->h[c + 1], &q->h[c]))
+            c++;
+        if (!hless(&q->h[c], &e))
+            break;
+        hset(q, pos, q->h[c]);
+        pos = c;
+    }
+    hset(q, pos, e);
+}
+
+static void hremove(struct heap *q, uint32_t pos)
+{
+    struct hent last = q->h[--q->n];
+    if (pos == q->n)
+        return;
+    q->h[pos] = last;
+    q->nodes[last.node].pos = pos;
+    if (pos && hless(&last, &q->h[(pos - 1) / 2]))
+        hup(q, pos);
+    else
+        hdown(q, pos);
+}
+
+static int heap_open(struct backend *b, size_t cap, uint64_t now)
+{
+    struct heap *q = calloc(1, sizeof(*q));
+    if (!q)
+        return -ENOMEM;
+    q->cap = cap;
+    q->h = malloc(cap * sizeof(*q->h));
+    q->nodes = malloc(cap * sizeof(*q->nodes));
+    if (!q->h || !q->nodes)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < cap; k++)
+        q->nodes[k].next_free = k + 1;
+    q->now = now;
+    b->impl = q;
+    return 0;
+}
+
+static void heap_close(struct backend *b)
+{
+    struct heap *q = b->impl;
+    free(q->h);
+    free(q->nodes);
+    free(q);
+}
+
+static uint64_t heap_add(struct backend *b, uint64_t delay, void *arg)
+{
+    struct heap *q = b->impl;
+    uint32_t k = q->free_head;
+    q->free_head = q->nodes[k].next_free;
+    q->nodes[k].cb = bench_fired;
+    q->nodes[k].arg = arg;
+    uint64_t d = q->now + delay;
+    q->h[q->n] = (struct hent){ d < delay ? UINT64_MAX : d, k, q->seq++ };
+    hup(q, q->n++);
+    return k;
+}
+
+static void heap_cancel(struct backend *b, uint64_t h)
+{
+    struct heap *q = b->impl;
+    uint32_t k = (uint32_t)h;
+    hremove(q, q->nodes[k].pos);
+    q->nodes[k].next_free = q->free_head;
+    q->free_head = k;
+}
+
+static size_t heap_advance(struct backend *b, uint64_t now)
+{
+    struct heap *q = b->impl;
+    size_t n = 0;
+    if (now > q->now)
+        q->now = now;
+    q->wakeups++;
+    while (q->n && q->h[0].deadline <= q->now) {
+        uint32_t k = q->h[0].node;
+        hremove(q, 0);
+        struct hnode nd = q->nodes[k];
+        q->nodes[k].next_free = q->free_head;
+        q->free_head = k;
+        nd.cb(nd.arg);
+        n++;
+    }
+    return n;
+}
+
+static uint64_t heap_next(struct backend *b)
+{
+    struct heap *q = b->impl;
+    return q->n ? q->h[0].deadline : UINT64_MAX;
+}
+
+static uint64_t heap_bytes(struct backend *b)
+{
+    struct heap *q = b->impl;
+    return q->cap * (sizeof(struct hent) + sizeof(struct hnode));
+}
+
+static uint64_t heap_wakeups(struct backend *b)
+{
+    return ((struct heap *)b->impl)->wakeups;
+}
+
+const struct backend_ops be_heap = {
+    "heap", "index-tracked binary min-heap (libuv/libevent/JDK design)", 0,
+    heap_open, heap_close, heap_add, heap_cancel, heap_advance, heap_next,
+    heap_bytes, heap_wakeups,
+};
+
+/* ---- hashed wheel with rounds (Netty) ---------------------------------- */
+
+#define HW_SLOTS 512u
+
+struct hwnode {
+    uint64_t deadline;
+    int64_t rounds;
+    void *arg;
+    uint32_t next, prev; /* index links; HW_NIL ends */
+    uint32_t slot;
+    uint32_t pad;
+};
+
+#define HW_NIL 0xFFFFFFFFu
+
+struct hwheel {
+    struct hwnode *nodes;
+    uint32_t heads[HW_SLOTS];
+    uint32_t free_head;
+    uint64_t start, tick, ticks_done, wakeups, cap;
+};
+
+static int hw_open(struct backend *b, size_t cap, uint64_t now)
+{
+    struct hwheel *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->nodes = malloc(cap * sizeof(*w->nodes));
+    if (!w->nodes)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < cap; k++)
+        w->nodes[k].next = k + 1;
+    for (uint32_t s = 0; s < HW_SLOTS; s++)
+        w->heads[s] = HW_NIL;
+    w->start = now;
+    w->tick = b->tick_ns;
+    w->cap = cap;
+    b->impl = w;
+    return 0;
+}
+
+static void hw_close(struct backend *b)
+{
+    struct hwheel *w = b->impl;
+    free(w->nodes);
+    free(w);
+}
+
+static uint64_t hw_add(struct backend *b, uint64_t delay, void *arg)
+{
+    struct hwheel *w = b->impl;
+    uint32_t k = w->free_head;
+    struct hwnode *n = &w->nodes[k];
+    w->free_head = n->next;
+    /* Netty: calculated = deadline / tick; rounds = (calculated - tick) /
+     * wheel; the slot is max(calculated, tick) & mask. */
+    uint64_t rel = w->ticks_done * w->tick + delay;
+    uint64_t calc = (rel + w->tick - 1) / w->tick;
+    if (calc < w->ticks_done)
+        calc = w->ticks_done;
+    n->deadline = w->start + rel;
+    n->rounds = (int64_t)((calc - w->ticks_done) / HW_SLOTS);
+    n->arg = arg;
+    n->slot = (uint32_t)(calc & (HW_SLOTS - 1));
+    n->prev = HW_NIL;
+    n->next = w->heads[n->slot];
+    if (n->next != HW_NIL)
+        w->nodes[n->next].prev = k;
+    w->heads[n->slot] = k;
+    return k;
+}
+
+static void hw_unlink(struct hwheel *w, uint32_t k)
+{
+    struct hwnode *n = &w->nodes[k];
+    if (n->prev != HW_NIL)
+        w->nodes[n->prev].next = n->next;
+    else
+        w->heads[n->slot] = n->next;
+    if (n->next != HW_NIL)
+        w->nodes[n->next].prev = n->prev;
+}
+
+static void hw_cancel(struct backend *b, uint64_t h)
+{
+    struct hwheel *w = b->impl;
+    uint32_t k = (uint32_t)h;
+    hw_unlink(w, k);
+    w->nodes[k].next = w->free_head;
+    w->free_head = k;
+}
+
+static size_t hw_advance(struct backend *b, uint64_t now)
+{
+    struct hwheel *w = b->impl;
+    size_t fired = 0;
+    w->wakeups++;
+    /* every tick up to now, one after the other, as Netty's worker does */
+    while (w->start + (w->ticks_done + 1) * w->tick <= now) {
+        uint32_t s = (uint32_t)(w->ticks_done & (HW_SLOTS - 1));
+        for (uint32_t k = w->heads[s]; k != HW_NIL;) {
+            struct hwnode *n = &w->nodes[k];
+            uint32_t next = n->next;
+            if (n->rounds <= 0) {
+                void *arg = n->arg;
+                hw_unlink(w, k);
+                n->next = w->free_head;
+                w->free_head = k;
+                bench_fired(arg);
+                fired++;
+            } else {
+                n->rounds--;
+            }
+            k = next;
+        }
+        w->ticks_done++;
+    }
+    return fired;
+}
+
+static uint64_t hw_next(struct backend *b)
+{
+    struct hwheel *w = b->impl;
+    return w->start + (w->ticks_done + 1) * w->tick; /* it wakes every tick */
+}
+
+static uint64_t hw_bytes(struct backend *b)
+{
+    struct hwheel *w = b->impl;
+    return w->cap * sizeof(struct hwnode) + sizeof(*w);
+}
+
+static uint64_t hw_wakeups(struct backend *b)
+{
+    return ((struct hwheel *)b->impl)->wakeups;
+}
+
+const struct backend_ops be_hashed = {
+    "hashed", "single-level hashed wheel with rounds (Netty design), 512 slots", 0,
+    hw_open, hw_close, hw_add, hw_cancel, hw_advance, hw_next, hw_bytes, hw_wakeups,
+};
+
+/* ---- libevent ----------------------------------------------------------- */
+#ifdef HAVE_LIBEVENT
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+struct lev {
+    struct event_base *base;
+    struct event *evs;
+    void **args;
+    uint32_t *free;
+    uint32_t nfree;
+};
+
+static struct lev *lev_current;
+
+static void lev_cb(evutil_socket_t fd, short what, void *p)
+{
+    (void)fd;
+    (void)what;
+    uint32_t k = (uint32_t)(uintptr_t)p;
+    lev_current->free[lev_current->nfree++] = k;
+    bench_fired(lev_current->args[k]);
+}
+
+static int lev_open(struct backend *b, size_t cap, uint64_t now)
+{
+    (void)now;
+    struct lev *l = calloc(1, sizeof(*l));
+    if (!l || !(l->base = event_base_new()))
+        return -ENOMEM;
+    l->evs = calloc(cap, sizeof(*l->evs));
+    l->args = calloc(cap, sizeof(*l->args));
+    l->free = malloc(cap * sizeof(*l->free));
+    if (!l->evs || !l->args || !l->free)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < cap; k++)
+        l->free[k] = (uint32_t)(cap - 1 - k);
+    l->nfree = (uint32_t)cap;
+    lev_current = l;
+    b->impl = l;
+    return 0;
+}
+
+static void lev_close(struct backend *b)
+{
+    struct lev *l = b->impl;
+    event_base_free(l->base); /* pending timers are dropped with the base */
+    free(l->evs);
+    free(l->args);
+    free(l->free);
+    free(l);
+}
+
+static uint64_t lev_add(struct backend *b, uint64_t delay, void *arg)
+{
+    struct lev *l = b->impl;
+    uint32_t k = l->free[--l->nfree];
+    l->args[k] = arg;
+    evtimer_assign(&l->evs[k], l->base, lev_cb, (void *)(uintptr_t)k);
+    struct timeval tv = { (time_t)(delay / 1000000000u),
+                          (suseconds_t)((delay % 1000000000u) / 1000u) };
+    evtimer_add(&l->evs[k], &tv);
+    return k;
+}
+
+static void lev_cancel(struct backend *b, uint64_t h)
+{
+    struct lev *l = b->impl;
+    evtimer_del(&l->evs[(uint32_t)h]);
+    l->free[l->nfree++] = (uint32_t)h;
+}
+
+static size_t lev_advance(struct backend *b, uint64_t now)
+{
+    (void)now;
+    struct lev *l = b->impl;
+    event_base_loop(l->base, EVLOOP_ONCE);
+    return 0;
+}
+
+static uint64_t lev_next(struct backend *b)
+{
+    (void)b;
+    return 0; /* it sleeps inside its own loop */
+}
+
+static uint64_t zero_bytes(struct backend *b)
+{
+    (void)b;
+    return 0;
+}
+
+const struct backend_ops be_libevent = {
+    "libevent", "libevent 2.1 evtimer_add/evtimer_del (min-heap)", 0,
+    lev_open, lev_close, lev_add, lev_cancel, lev_advance, lev_next, zero_bytes,
+    NULL,
+};
+#else
+const struct backend_ops be_libevent = { "libevent", NULL, 0, NULL, NULL, NULL,
+                                         NULL, NULL, NULL, NULL, NULL };
+#endif
+
+/* ---- libuv ------------------------------------------------------------- */
+#ifdef HAVE_LIBUV
+#include <uv.h>
+
+struct luv {
+    uv_loop_t loop;
+    uv_timer_t *timers;
+    uint32_t *free;
+    uint32_t nfree;
+    size_t cap;
+};
+
+static void luv_cb(uv_timer_t *h)
+{
+    struct luv *l = h->loop->data;
+    l->free[l->nfree++] = (uint32_t)(h - l->timers);
+    bench_fired(h->data);
+}
+
+static int luv_open(struct backend *b, size_t cap, uint64_t now)
+{
+    (void)now;
+    struct luv *l = calloc(1, sizeof(*l));
+    if (!l || uv_loop_init(&l->loop))
+        return -ENOMEM;
+    l->loop.data = l;
+    l->timers = calloc(cap, sizeof(*l->timers));
+    l->free = malloc(cap * sizeof(*l->free));
+    if (!l->timers || !l->free)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < cap; k++) {
+        uv_timer_init(&l->loop, &l->timers[k]);
+        l->free[k] = (uint32_t)(cap - 1 - k);
+    }
+    l->nfree = (uint32_t)cap;
+    l->cap = cap;
+    b->impl = l;
+    return 0;
+}
+
+static void luv_close(struct backend *b)
+{
+    struct luv *l = b->impl;
+    for (size_t k = 0; k < l->cap; k++)
+        uv_close((uv_handle_t *)&l->timers[k], NULL);
+    uv_run(&l->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&l->loop);
+    free(l->timers);
+    free(l->free);
+    free(l);
+}
+
+static uint64_t luv_add(struct backend *b, uint64_t delay, void *arg)
+{
+    struct luv *l = b->impl;
+    uint32_t k = l->free[--l->nfree];
+    l->timers[k].data = arg;
+    uv_timer_start(&l->timers[k], luv_cb, (delay + 999999) / 1000000, 0);
+    return k;
+}
+
+static void luv_cancel(struct backend *b, uint64_t h)
+{
+    struct luv *l = b->impl;
+    uv_timer_stop(&l->timers[(uint32_t)h]);
+    l->free[l->nfree++] = (uint32_t)h;
+}
+
+static size_t luv_advance(struct backend *b, uint64_t now)
+{
+    (void)now;
+    struct luv *l = b->impl;
+    uv_run(&l->loop, UV_RUN_ONCE);
+    return 0;
+}
+
+static uint64_t luv_next(struct backend *b)
+{
+    (void)b;
+    return 0;
+}
+
+static uint64_t luv_zero(struct backend *b)
+{
+    (void)b;
+    return 0;
+}
+
+const struct backend_ops be_libuv = {
+    "libuv", "libuv 1.44 uv_timer_start/uv_timer_stop (min-heap, ms)", 0,
+    luv_open, luv_close, luv_add, luv_cancel, luv_advance, luv_next, luv_zero, NULL,
+};
+#else
+const struct backend_ops be_libuv = { "libuv", NULL, 0, NULL, NULL, NULL,
+                                      NULL, NULL, NULL, NULL, NULL };
+#endif

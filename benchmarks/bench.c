@@ -1,0 +1,870 @@
+/* twheel-bench: twheel against a binary heap, a Netty-style hashed wheel,
+ * libevent and libuv, on fixed workloads, in one process run.
+ *
+ *   W1  churn: N pending (delays 1 s .. 1 h); M x (cancel a random pending
+ *       timer + add one). ns per pair, swept over N.
+ *   W1r realistic churn: as W1, but the timer cancelled is the one added
+ *       k operations ago, k uniform in [1, 1000] (requests that complete).
+ *   W2  expire-all: 10^6 timers, delays 0 .. 2 s, driven in real time until
+ *       all fired. CPU s per million fired (adds included), lateness.
+ *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
+ *       time. CPU and wake-ups.
+ *   W4  memory: resident bytes per pending timer at N = 10^6 (measured in
+ *       a forked child), and the back end's own accounting.
+ *   W5  producers: 1, 2 and 8 threads scheduling and cancelling through
+ *       twheel's threaded API. Aggregate ops/s.
+ *
+ * Figures are ratios to the heap measured in the same run: these machines
+ * are shared and noisy, so only same-run ratios mean much. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "twheel.h"
+
+#define SEC 1000000000ull
+#define MS 1000000ull
+
+static const struct backend_ops *all_backends[] = {
+    &be_twheel, &be_twheel_threaded, &be_heap, &be_hashed, &be_libevent, &be_libuv,
+};
+#define NBACKENDS (sizeof(all_backends) / sizeof(all_backends[0]))
+
+static struct {
+    int quick;
+    const char *only;     /* comma list of workloads, NULL = all */
+    const char *backends; /* comma list, NULL = all */
+    const char *out;      /* output prefix */
+    int reps;
+    long callgrind_n;     /* --callgrind N: only the W1 loop */
+    FILE *csv;
+} cfg = { 0, NULL, NULL, "twheel-bench", 3, 0, NULL };
+
+/* ---- utilities -------------------------------------------------------- */
+
+static void progress(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+}
+
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double process_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static long voluntary_switches(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_nvcsw;
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%lu %lu", &size, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static void sleep_until(uint64_t t)
+{
+    struct timespec ts = { (time_t)(t / SEC), (long)(t % SEC) };
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static inline uint64_t rng(void)
+{
+    uint64_t x = rng_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* uniform in [lo, hi) without a division */
+static inline uint64_t uniform(uint64_t lo, uint64_t hi)
+{
+    return lo + (uint64_t)(((unsigned __int128)rng() * (hi - lo)) >> 64);
+}
+
+static int selected(const char *list, const char *name)
+{
+    if (!list)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return 1;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Built in, and opens here (threaded twheel may be unavailable). */
+static int available(const struct backend_ops *ops)
+{
+    static const struct backend_ops *seen[NBACKENDS];
+    static int ok[NBACKENDS];
+    for (size_t k = 0; k < NBACKENDS; k++) {
+        if (seen[k] == ops)
+            return ok[k];
+        if (!seen[k]) {
+            seen[k] = ops;
+            struct backend b = { ops, NULL, MS };
+            ok[k] = ops->open && ops->open(&b, 16, bench_now_ns()) == 0;
+            if (ok[k])
+                ops->close(&b);
+            return ok[k];
+        }
+    }
+    return 0;
+}
+
+static int open_backend(struct backend *b, const struct backend_ops *ops, size_t cap)
+{
+    memset(b, 0, sizeof(*b));
+    b->ops = ops;
+    b->tick_ns = MS;
+    return ops->open(b, cap, bench_now_ns());
+}
+
+static void csv_row(const char *w, const char *be, uint64_t n, const char *metric,
+                    double value, double ratio)
+{
+    if (cfg.csv)
+        fprintf(cfg.csv, "%s,%s,%" PRIu64 ",%s,%.6g,%.6g\n", w, be, n, metric, value, ratio);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- firing bookkeeping --------------------------------------------- */
+
+static uint64_t *g_deadline; /* per timer: its deadline (ns) */
+static int64_t *g_late;      /* per firing: lateness (ns), may be negative */
+static size_t g_fired;
+static uint64_t g_dummy;
+
+void bench_fired(void *arg)
+{
+    if (arg == &g_dummy || !g_deadline) {
+        g_fired++;
+        return;
+    }
+    uint64_t *d = arg;
+    g_late[g_fired++] = (int64_t)(bench_now_ns() - *d);
+}
+
+/* ---- W1: churn ---------------------------------------------------------- */
+
+struct w1_input {
+    size_t n, m;
+    uint64_t *prefill;  /* n delays */
+    uint64_t *delays;   /* m delays */
+    uint32_t *victims;  /* m indices in [0, n), or k in [1, 1000] (W1r) */
+};
+
+static void w1_make(struct w1_input *in, size_t n, size_t m, int realistic)
+{
+    in->n = n;
+    in->m = m;
+    in->prefill = malloc(n * sizeof(uint64_t));
+    in->delays = malloc(m * sizeof(uint64_t));
+    in->victims = malloc(m * sizeof(uint32_t));
+    if (!in->prefill || !in->delays || !in->victims)
+        abort();
+    rng_state = 0x9E3779B97F4A7C15ull ^ n;
+    for (size_t k = 0; k < n; k++)
+        in->prefill[k] = uniform(SEC, 3600 * SEC);
+    for (size_t k = 0; k < m; k++) {
+        in->delays[k] = uniform(SEC, 3600 * SEC);
+        in->victims[k] = realistic ? (uint32_t)uniform(1, 1001) : (uint32_t)uniform(0, n);
+    }
+}
+
+static void w1_free(struct w1_input *in)
+{
+    free(in->prefill);
+    free(in->delays);
+    free(in->victims);
+}
+
+static volatile uint64_t clock_sink;
+
+void w1_loop(struct backend *b, uint64_t *handles, const struct w1_input *in, int read_clock);
+void w1r_loop(struct backend *b, const struct w1_input *in);
+
+/* The timed loop (named so that callgrind can count only it). */
+__attribute__((noinline)) void w1_loop(struct backend *b, uint64_t *handles,
+                                       const struct w1_input *in, int read_clock)
+{
+    const struct backend_ops *ops = b->ops;
+    for (size_t i = 0; i < in->m; i++) {
+        uint32_t v = in->victims[i];
+        ops->cancel(b, handles[v]);
+        if (read_clock)
+            clock_sink = bench_now_ns();
+        handles[v] = ops->add(b, in->delays[i], &g_dummy);
+    }
+}
+
+/* W1r: ring of the last 1024 adds; cancel the one added k ago (or the
+ * nearest older one still pending). */
+__attribute__((noinline)) void w1r_loop(struct backend *b, const struct w1_input *in)
+{
+    static uint64_t ring[1024];
+    static uint8_t live[1024];
+    memset(live, 0, sizeof live);
+    const struct backend_ops *ops = b->ops;
+    for (size_t i = 0; i < in->m; i++) {
+        uint32_t pos = (uint32_t)i & 1023;
+        ring[pos] = ops->add(b, in->delays[i], &g_dummy);
+        live[pos] = 1;
+        for (uint32_t k = in->victims[i]; k < 1024; k++) {
+            uint32_t p = (pos - k) & 1023;
+            if (k <= i && live[p]) {
+                ops->cancel(b, ring[p]);
+                live[p] = 0;
+                break;
+            }
+        }
+    }
+}
+
+/* One W1 (or W1r) measurement: ns per pair, thread CPU. */
+static double w1_once(const struct backend_ops *ops, const struct w1_input *in,
+                      int realistic, int read_clock)
+{
+    struct backend b;
+    uint64_t *handles = malloc(in->n * sizeof(uint64_t));
+    size_t cap = in->n + (realistic ? in->m : 0) + 2048;
+    if (!handles || open_backend(&b, ops, cap))
+        abort();
+    for (size_t k = 0; k < in->n; k++)
+        handles[k] = ops->add(&b, in->prefill[k], &g_dummy);
+    double t0 = thread_cpu();
+    if (realistic)
+        w1r_loop(&b, in);
+    else
+        w1_loop(&b, handles, in, read_clock);
+    double t1 = thread_cpu();
+    ops->close(&b);
+    free(handles);
+    return (t1 - t0) * 1e9 / (double)in->m;
+}
+
+struct result {
+    const char *be;
+    double v;
+};
+
+static void print_ratios(const char *workload, const char *metric, uint64_t n,
+                         struct result *r, int nr, const char *unit, int lower_better)
+{
+    double heap = 0;
+    for (int k = 0; k < nr; k++)
+        if (!strcmp(r[k].be, "heap"))
+            heap = r[k].v;
+    printf("  %-10s", workload);
+    for (int k = 0; k < nr; k++) {
+        double ratio = heap > 0 && r[k].v > 0 ? (lower_better ? heap / r[k].v : r[k].v / heap) : 0;
+        csv_row(workload, r[k].be, n, metric, r[k].v, ratio);
+    }
+    printf("\n");
+    for (int k = 0; k < nr; k++) {
+        double ratio = heap > 0 && r[k].v > 0 ? (lower_better ? heap / r[k].v : r[k].v / heap) : 0;
+        printf("    %-11s %12.1f %-10s", r[k].be, r[k].v, unit);
+        if (ratio > 0 && strcmp(r[k].be, "heap"))
+            printf("  %5.2fx %s than the heap", ratio >= 1 ? ratio : 1 / ratio,
+                   ratio >= 1 ? "better" : "worse");
+        printf("\n");
+    }
+}
+
+static void run_w1(void)
+{
+    static const size_t sweep_full[] = { 1000, 10000, 100000, 1000000, 10000000 };
+    static const size_t sweep_quick[] = { 1000, 10000, 100000 };
+    const size_t *sweep = cfg.quick ? sweep_quick : sweep_full;
+    int nsweep = cfg.quick ? 3 : 5;
+    size_t m = cfg.quick ? 200000 : 5000000;
+    int reps = cfg.quick ? 1 : cfg.reps;
+
+    printf("\nW1 churn: N pending (1 s .. 1 h), M = %zu x (cancel random + add), ns per pair "
+           "(thread CPU, median of %d)\n", m, reps);
+    FILE *plot = NULL;
+    char path[512];
+    snprintf(path, sizeof path, "%s-w1.dat", cfg.out);
+    plot = fopen(path, "w");
+    if (plot) {
+        fprintf(plot, "# N");
+        for (size_t b = 0; b < NBACKENDS; b++)
+            if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
+                !all_backends[b]->realtime_only)
+                fprintf(plot, " %s", all_backends[b]->name);
+        fprintf(plot, "\n");
+    }
+    for (int s = 0; s < nsweep; s++) {
+        struct w1_input in;
+        w1_make(&in, sweep[s], m, 0);
+        struct result r[NBACKENDS];
+        int nr = 0;
+        if (plot)
+            fprintf(plot, "%zu", sweep[s]);
+        for (size_t b = 0; b < NBACKENDS; b++) {
+            const struct backend_ops *ops = all_backends[b];
+            if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
+                continue;
+            double v[9];
+            for (int k = 0; k < reps; k++) {
+                progress("W1 N=%zu %s rep %d...\r", sweep[s], ops->name, k + 1);
+                v[k] = w1_once(ops, &in, 0, 0);
+            }
+            r[nr].be = ops->name;
+            r[nr++].v = median(v, reps);
+            if (plot)
+                fprintf(plot, " %.2f", r[nr - 1].v);
+        }
+        if (plot)
+            fprintf(plot, "\n");
+        progress("%60s\r", "");
+        char label[32];
+        snprintf(label, sizeof label, "N=%zu", sweep[s]);
+        print_ratios(label, "ns_per_pair", sweep[s], r, nr, "ns/pair", 1);
+        w1_free(&in);
+    }
+    if (plot)
+        fclose(plot);
+
+    /* with one CLOCK_MONOTONIC read per add, as the peers pay it */
+    size_t n_clock = cfg.quick ? 10000 : 1000000;
+    struct w1_input in;
+    w1_make(&in, n_clock, m, 0);
+    struct result r[NBACKENDS];
+    int nr = 0;
+    for (size_t b = 0; b < NBACKENDS; b++) {
+        const struct backend_ops *ops = all_backends[b];
+        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
+            continue;
+        double v[9];
+        for (int k = 0; k < reps; k++) {
+            progress("W1+clock %s rep %d...\r", ops->name, k + 1);
+            v[k] = w1_once(ops, &in, 0, 1);
+        }
+        r[nr].be = ops->name;
+        r[nr++].v = median(v, reps);
+    }
+    progress("%60s\r", "");
+    printf("\nW1 with one clock_gettime(CLOCK_MONOTONIC) per add, N = %zu:\n", n_clock);
+    print_ratios("W1+clock", "ns_per_pair_clock", n_clock, r, nr, "ns/pair", 1);
+    /* and what the threaded API pays: it reads the clock itself */
+    if (available(&be_twheel_threaded) && selected(cfg.backends, "twheel-thr")) {
+        double v[9];
+        for (int k = 0; k < reps; k++)
+            v[k] = w1_once(&be_twheel_threaded, &in, 0, 0);
+        double thr = median(v, reps);
+        printf("    %-11s %12.1f ns/pair   (threaded API: its own clock read + shard lock)\n",
+               "twheel-thr", thr);
+        csv_row("W1+clock", "twheel-thr", n_clock, "ns_per_pair_clock", thr, 0);
+    }
+    w1_free(&in);
+
+    /* W1r */
+    size_t n_r = cfg.quick ? 10000 : 1000000;
+    w1_make(&in, n_r, m, 1);
+    nr = 0;
+    for (size_t b = 0; b < NBACKENDS; b++) {
+        const struct backend_ops *ops = all_backends[b];
+        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
+            continue;
+        double v[9];
+        for (int k = 0; k < reps; k++) {
+            progress("W1r %s rep %d...\r", ops->name, k + 1);
+            v[k] = w1_once(ops, &in, 1, 0);
+        }
+        r[nr].be = ops->name;
+        r[nr++].v = median(v, reps);
+    }
+    progress("%60s\r", "");
+    printf("\nW1r realistic churn (cancel the timer added k ops ago, k in [1, 1000]), N = %zu:\n", n_r);
+    print_ratios("W1r", "ns_per_pair", n_r, r, nr, "ns/pair", 1);
+    w1_free(&in);
+}
+
+/* ---- W2: expire-all --------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+struct w2_out {
+    double cpu_per_million;
+    int64_t p50, p99, max, min;
+};
+
+static void drive_until(struct backend *b, size_t want, uint64_t limit_ns)
+{
+    const struct backend_ops *ops = b->ops;
+    uint64_t stop = bench_now_ns() + limit_ns;
+    while (g_fired < want && bench_now_ns() < stop) {
+        if (ops->realtime_only) {
+            struct timespec ts = { 0, 2 * MS };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        uint64_t next = ops->next(b);
+        if (next == UINT64_MAX)
+            break;
+        if (next > 0) {
+            uint64_t now = bench_now_ns();
+            if (next > now)
+                sleep_until(next < stop ? next : stop);
+        }
+        ops->advance(b, bench_now_ns());
+    }
+}
+
+static int w2_once(const struct backend_ops *ops, size_t n, struct w2_out *o)
+{
+    struct backend b;
+    g_deadline = malloc(n * sizeof(uint64_t));
+    g_late = malloc(n * sizeof(int64_t));
+    uint64_t *delays = malloc(n * sizeof(uint64_t));
+    if (!g_deadline || !g_late || !delays)
+        abort();
+    rng_state = 0xC0FFEEull;
+    for (size_t k = 0; k < n; k++)
+        delays[k] = uniform(0, 2 * SEC);
+    g_fired = 0;
+    if (open_backend(&b, ops, n + 16))
+        return -1;
+    double c0 = process_cpu();
+    for (size_t k = 0; k < n; k++) {
+        g_deadline[k] = bench_now_ns() + delays[k];
+        ops->add(&b, delays[k], &g_deadline[k]);
+    }
+    drive_until(&b, n, 30 * SEC);
+    double c1 = process_cpu();
+    ops->close(&b);
+    size_t fired = g_fired;
+    qsort(g_late, fired, sizeof(int64_t), cmp_i64);
+    o->cpu_per_million = (c1 - c0) * 1e6 / (double)n;
+    o->min = fired ? g_late[0] : 0;
+    o->p50 = fired ? g_late[fired / 2] : 0;
+    o->p99 = fired ? g_late[(size_t)((double)fired * 0.99)] : 0;
+    o->max = fired ? g_late[fired - 1] : 0;
+    free(g_deadline);
+    free(g_late);
+    free(delays);
+    g_deadline = NULL;
+    g_late = NULL;
+    return fired == n ? 0 : -1;
+}
+
+static void run_w2(void)
+{
+    size_t n = cfg.quick ? 100000 : 1000000;
+    printf("\nW2 expire-all: %zu timers, delays 0 .. 2 s, real time until all fired\n", n);
+    printf("    %-11s %14s %10s %10s %10s %10s\n", "", "CPU s/million", "late p50", "p99",
+           "max", "min (ms)");
+    struct result r[NBACKENDS];
+    int nr = 0;
+    char path[512];
+    snprintf(path, sizeof path, "%s-w2.dat", cfg.out);
+    FILE *plot = fopen(path, "w");
+    if (plot)
+        fprintf(plot, "# backend p50_ms p99_ms max_ms\n");
+    for (size_t b = 0; b < NBACKENDS; b++) {
+        const struct backend_ops *ops = all_backends[b];
+        if (!available(ops) || !selected(cfg.backends, ops->name))
+            continue;
+        progress("W2 %s...\r", ops->name);
+        struct w2_out o = { 0 };
+        int ok = w2_once(ops, n, &o);
+        progress("%60s\r", "");
+        printf("    %-11s %14.3f %10.3f %10.3f %10.3f %10.3f%s\n", ops->name, o.cpu_per_million,
+               (double)o.p50 / 1e6, (double)o.p99 / 1e6, (double)o.max / 1e6, (double)o.min / 1e6,
+               ok ? (o.min < 0 ? "  fired EARLY" : "") : "  DID NOT FINISH");
+        r[nr].be = ops->name;
+        r[nr++].v = o.cpu_per_million;
+        csv_row("W2", ops->name, n, "late_p50_ns", (double)o.p50, 0);
+        csv_row("W2", ops->name, n, "late_p99_ns", (double)o.p99, 0);
+        csv_row("W2", ops->name, n, "late_max_ns", (double)o.max, 0);
+        csv_row("W2", ops->name, n, "late_min_ns", (double)o.min, 0);
+        if (plot)
+            fprintf(plot, "%s %.4f %.4f %.4f\n", ops->name, (double)o.p50 / 1e6,
+                    (double)o.p99 / 1e6, (double)o.max / 1e6);
+    }
+    if (plot)
+        fclose(plot);
+    print_ratios("W2", "cpu_s_per_million", n, r, nr, "CPU s/M", 1);
+}
+
+/* ---- W3: idle long horizon -------------------------------------------- */
+
+static void run_w3(void)
+{
+    size_t n = 100000;
+    uint64_t window = cfg.quick ? SEC / 2 : 10 * SEC;
+    printf("\nW3 idle: %zu timers over 1 min .. 24 h, %.1f s of wall time\n", n,
+           (double)window / 1e9);
+    printf("    %-11s %12s %14s %16s\n", "", "CPU ms", "vol. switches", "engine wake-ups");
+    for (size_t b = 0; b < NBACKENDS; b++) {
+        const struct backend_ops *ops = all_backends[b];
+        if (!available(ops) || !selected(cfg.backends, ops->name))
+            continue;
+        progress("W3 %s...\r", ops->name);
+        struct backend be;
+        if (open_backend(&be, ops, n + 16))
+            continue;
+        rng_state = 0xBADC0DEull;
+        for (size_t k = 0; k < n; k++)
+            ops->add(&be, uniform(60 * SEC, 86400 * SEC), &g_dummy);
+        uint64_t w0 = ops->wakeups ? ops->wakeups(&be) : 0;
+        uint64_t end = bench_now_ns() + window;
+        /* self-sleeping loops: a timer at the window's end wakes them */
+        if (!ops->realtime_only && ops->next(&be) == 0)
+            ops->add(&be, window, &g_dummy);
+        long v0 = voluntary_switches();
+        double c0 = process_cpu();
+        g_fired = 0;
+        while (bench_now_ns() < end) {
+            if (ops->realtime_only) {
+                sleep_until(end);
+                break;
+            }
+            uint64_t next = ops->next(&be);
+            if (next != 0) {
+                sleep_until(next < end ? next : end);
+                if (bench_now_ns() >= end)
+                    break;
+            }
+            ops->advance(&be, bench_now_ns());
+        }
+        double c1 = process_cpu();
+        long v1 = voluntary_switches();
+        uint64_t w1 = ops->wakeups ? ops->wakeups(&be) : 0;
+        ops->close(&be);
+        progress("%60s\r", "");
+        char wk[24] = "n/a";
+        if (ops->wakeups)
+            snprintf(wk, sizeof wk, "%" PRIu64, w1 - w0);
+        printf("    %-11s %12.3f %14ld %16s\n", ops->name, (c1 - c0) * 1e3, v1 - v0, wk);
+        csv_row("W3", ops->name, n, "cpu_ms", (c1 - c0) * 1e3, 0);
+        csv_row("W3", ops->name, n, "voluntary_switches", (double)(v1 - v0), 0);
+        if (ops->wakeups)
+            csv_row("W3", ops->name, n, "engine_wakeups", (double)(w1 - w0), 0);
+    }
+}
+
+/* ---- W4: memory ------------------------------------------------------- */
+
+static void run_w4(void)
+{
+    size_t n = cfg.quick ? 100000 : 1000000;
+    printf("\nW4 memory: %zu pending timers (1 s .. 1 h); RSS growth in a fresh child process\n", n);
+    printf("    %-11s %14s %16s\n", "", "RSS B/timer", "own B/timer");
+    struct result r[NBACKENDS];
+    int nr = 0;
+    for (size_t b = 0; b < NBACKENDS; b++) {
+        const struct backend_ops *ops = all_backends[b];
+        if (!available(ops) || !selected(cfg.backends, ops->name))
+            continue;
+        int fd[2];
+        if (pipe(fd))
+            continue;
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fd[0]);
+            double res[2] = { 0, 0 };
+            uint64_t *delays = malloc(n * sizeof(uint64_t));
+            rng_state = 0xFEEDull;
+            for (size_t k = 0; k < n; k++)
+                delays[k] = uniform(SEC, 3600 * SEC);
+            struct backend be;
+            uint64_t before = rss_bytes();
+            if (open_backend(&be, ops, n + 16) == 0) {
+                for (size_t k = 0; k < n; k++)
+                    ops->add(&be, delays[k], &g_dummy);
+                uint64_t after = rss_bytes();
+                res[0] = (double)(after - before) / (double)n;
+                res[1] = (double)ops->own_bytes(&be) / (double)n;
+            }
+            if (write(fd[1], res, sizeof res) != sizeof res)
+                _exit(1);
+            _exit(0);
+        }
+        close(fd[1]);
+        double res[2] = { 0, 0 };
+        if (read(fd[0], res, sizeof res) != sizeof res)
+            res[0] = res[1] = 0;
+        close(fd[0]);
+        waitpid(pid, NULL, 0);
+        printf("    %-11s %14.1f %16.1f\n", ops->name, res[0], res[1]);
+        r[nr].be = ops->name;
+        r[nr++].v = res[0];
+        csv_row("W4", ops->name, n, "own_bytes_per_timer", res[1], 0);
+    }
+    print_ratios("W4", "rss_bytes_per_timer", n, r, nr, "B/timer", 1);
+}
+
+/* ---- W5: producers through the threaded API --------------------------- */
+
+struct w5_arg {
+    tw_timer *t;
+    size_t ops;
+    uint64_t seed;
+};
+
+static void w5_noop(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (void)arg;
+}
+
+static void *w5_thread(void *p)
+{
+    struct w5_arg *a = p;
+    enum { WINDOW = 1024 };
+    tw_id ids[WINDOW] = { 0 };
+    uint64_t x = a->seed;
+    for (size_t i = 0; i < a->ops; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t slot = i % WINDOW;
+        if (ids[slot])
+            tw_cancel(a->t, ids[slot]);
+        tw_schedule(a->t, SEC + x % (3600 * SEC), w5_noop, NULL, &ids[slot]);
+    }
+    for (size_t k = 0; k < WINDOW; k++)
+        if (ids[k])
+            tw_cancel(a->t, ids[k]);
+    return NULL;
+}
+
+static double w5_once(int threads, size_t per_thread)
+{
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    tw_timer *t;
+    if (tw_create(&t, &o))
+        return 0;
+    /* a background of pending timers, as in a broker */
+    for (int k = 0; k < 100000; k++)
+        tw_schedule(t, SEC + (uint64_t)k * 36 * MS, w5_noop, NULL, NULL);
+    pthread_t th[64];
+    struct w5_arg args[64];
+    uint64_t t0 = bench_now_ns();
+    for (int k = 0; k < threads; k++) {
+        args[k] = (struct w5_arg){ t, per_thread, 0x1234567ull * (uint64_t)(k + 1) };
+        pthread_create(&th[k], NULL, w5_thread, &args[k]);
+    }
+    for (int k = 0; k < threads; k++)
+        pthread_join(th[k], NULL);
+    uint64_t t1 = bench_now_ns();
+    tw_destroy(t);
+    /* an operation = one schedule + one cancel */
+    return (double)threads * (double)per_thread / ((double)(t1 - t0) / 1e9);
+}
+
+static void run_w5(void)
+{
+    if (!available(&be_twheel_threaded) || !selected(cfg.backends, "twheel-thr")) {
+        printf("\nW5 producers: skipped (no threaded twheel)\n");
+        return;
+    }
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    tw_timer *probe;
+    if (tw_create(&probe, &o)) {
+        printf("\nW5 producers: skipped (threaded mode unavailable)\n");
+        return;
+    }
+    tw_destroy(probe);
+    size_t total = cfg.quick ? 400000 : 8000000;
+    int reps = cfg.quick ? 1 : cfg.reps;
+    printf("\nW5 producers: threads scheduling + cancelling through the threaded API "
+           "(%zu pairs in all, wall time, median of %d)\n", total, reps);
+    static const int counts[] = { 1, 2, 8 };
+    double base = 0, two = 0;
+    for (int c = 0; c < 3; c++) {
+        double v[9];
+        for (int k = 0; k < reps; k++) {
+            progress("W5 %d threads rep %d...\r", counts[c], k + 1);
+            v[k] = w5_once(counts[c], total / (size_t)counts[c]);
+        }
+        double m = median(v, reps);
+        progress("%60s\r", "");
+        if (c == 0)
+            base = m;
+        if (counts[c] == 2)
+            two = m;
+        printf("    %d thread%s %12.2f M pairs/s   %.2fx one thread%s\n", counts[c],
+               counts[c] > 1 ? "s" : " ", m / 1e6, m / base,
+               counts[c] == 8 && two > 0 ? "" : "");
+        if (counts[c] == 8 && two > 0)
+            printf("              8 threads / 2 threads = %.2fx\n", m / two);
+        char name[16];
+        snprintf(name, sizeof name, "%d-threads", counts[c]);
+        csv_row("W5", name, (uint64_t)counts[c], "pairs_per_s", m, m / base);
+    }
+}
+
+/* ---- plots ------------------------------------------------------------ */
+
+static void make_plots(void)
+{
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("\n(gnuplot not installed: no plots; data in %s-w1.dat, %s-w2.dat)\n", cfg.out,
+               cfg.out);
+        return;
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s.gp", cfg.out);
+    FILE *g = fopen(path, "w");
+    if (!g)
+        return;
+    fprintf(g,
+            "set terminal pngcairo size 900,560 noenhanced\n"
+            "set output '%s-w1.png'\n"
+            "set title 'W1 churn: ns per (cancel + add) vs pending timers'\n"
+            "set logscale xy\nset xlabel 'pending timers N'\nset ylabel 'ns per pair (thread CPU)'\n"
+            "set key top left\nset grid\n"
+            "plot for [i=2:*] '%s-w1.dat' using 1:i with linespoints lw 2 title columnhead(i)\n"
+            "set output '%s-w2.png'\n"
+            "unset logscale\nset logscale y\nset title 'W2 expire-all: firing lateness (ms)'\n"
+            "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
+            "set xlabel ''\nset ylabel 'lateness ms (log)'\nset key top left\n"
+            "plot '%s-w2.dat' using 2:xtic(1) title 'p50', '' using 3 title 'p99', '' using 4 title 'max'\n",
+            cfg.out, cfg.out, cfg.out, cfg.out);
+    fclose(g);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", path);
+    if (system(cmd) == 0)
+        printf("\nplots: %s-w1.png, %s-w2.png\n", cfg.out, cfg.out);
+}
+
+/* ---- main ------------------------------------------------------------- */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: twheel-bench [--quick] [--only w1,w1r,w2,w3,w4,w5] [--backends a,b]\n"
+            "                    [--reps N] [--out PREFIX] [--callgrind N]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    for (int k = 1; k < argc; k++) {
+        if (!strcmp(argv[k], "--quick"))
+            cfg.quick = 1;
+        else if (!strcmp(argv[k], "--only") && k + 1 < argc)
+            cfg.only = argv[++k];
+        else if (!strcmp(argv[k], "--backends") && k + 1 < argc)
+            cfg.backends = argv[++k];
+        else if (!strcmp(argv[k], "--out") && k + 1 < argc)
+            cfg.out = argv[++k];
+        else if (!strcmp(argv[k], "--reps") && k + 1 < argc)
+            cfg.reps = atoi(argv[++k]) > 0 && atoi(argv[k]) <= 9 ? atoi(argv[k]) : 3;
+        else if (!strcmp(argv[k], "--callgrind") && k + 1 < argc)
+            cfg.callgrind_n = atol(argv[++k]);
+        else
+            usage();
+    }
+
+    if (cfg.callgrind_n > 0) {
+        /* Only the W1 loop, for instruction counting under callgrind
+         * (benchmarks/callgrind.sh): N pending, 10^5 pairs. */
+        struct w1_input in;
+        w1_make(&in, (size_t)cfg.callgrind_n, 100000, 0);
+        for (size_t b = 0; b < NBACKENDS; b++)
+            if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name))
+                w1_once(all_backends[b], &in, 0, 0);
+        w1_free(&in);
+        return 0;
+    }
+
+    char path[512];
+    snprintf(path, sizeof path, "%s.csv", cfg.out);
+    cfg.csv = fopen(path, "w");
+    if (cfg.csv)
+        fprintf(cfg.csv, "workload,backend,n,metric,value,ratio_to_heap\n");
+
+    printf("twheel-bench%s: back ends:", cfg.quick ? " --quick" : "");
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (selected(cfg.backends, all_backends[b]->name))
+            printf(" %s%s", all_backends[b]->name, available(all_backends[b]) ? "" : " (SKIPPED: not built)");
+    printf("\n");
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name))
+            printf("  %-11s %s\n", all_backends[b]->name, all_backends[b]->about);
+    printf("ratios are to the heap in this run; tick 1 ms for the wheels\n");
+
+    if (selected(cfg.only, "w1") || selected(cfg.only, "w1r"))
+        run_w1();
+    if (selected(cfg.only, "w2"))
+        run_w2();
+    if (selected(cfg.only, "w3"))
+        run_w3();
+    if (selected(cfg.only, "w4"))
+        run_w4();
+    if (selected(cfg.only, "w5"))
+        run_w5();
+    if (cfg.csv)
+        fclose(cfg.csv);
+    printf("\ncsv: %s.csv\n", cfg.out);
+    make_plots();
+    return 0;
+}

@@ -1,0 +1,50 @@
+/* bench.h: the back-end table of twheel-bench.
+ *
+ * Every back end runs the same workloads through these function pointers
+ * (as wahern/timeout's bench does), in the same process run, with the same
+ * seeded delays. A handle is whatever the back end needs to cancel a timer
+ * (an id, an index, a pointer), carried in a uint64_t. */
+#ifndef TW_BENCH_H
+#define TW_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Called by every back end when a timer fires. */
+void bench_fired(void *arg);
+
+struct backend;
+
+struct backend_ops {
+    const char *name;
+    const char *about;
+    int realtime_only; /* 1: drives itself in real time (threaded, loops) */
+    /* cap: the most timers pending at once. now: the start time (ns). */
+    int (*open)(struct backend *b, size_t cap, uint64_t now);
+    void (*close)(struct backend *b);
+    /* Schedule arg to fire delay_ns after the back end's notion of now. */
+    uint64_t (*add)(struct backend *b, uint64_t delay_ns, void *arg);
+    void (*cancel)(struct backend *b, uint64_t handle);
+    /* Manual drive: fire what is due at now; the next time work is due
+     * (UINT64_MAX if none). Loops (libevent, libuv) run one iteration of
+     * their own loop instead and ignore now. */
+    size_t (*advance)(struct backend *b, uint64_t now);
+    uint64_t (*next)(struct backend *b);
+    /* Bytes the back end itself says it holds (0 if it cannot tell). */
+    uint64_t (*own_bytes)(struct backend *b);
+    /* Engine wake-ups counted by the back end (0 if it cannot tell). */
+    uint64_t (*wakeups)(struct backend *b);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+    void *impl;
+    uint64_t tick_ns;
+};
+
+extern const struct backend_ops be_twheel, be_twheel_threaded, be_heap,
+    be_hashed, be_libevent, be_libuv;
+
+uint64_t bench_now_ns(void);
+
+#endif
