@@ -35,9 +35,9 @@ static void tw_fire(tw_timer *t, tw_id id, void *arg)
 
 static int twm_open_mode(struct backend *b, size_t cap, int threaded)
 {
-    (void)cap;
     struct tw_options o;
     tw_options_init(&o);
+    o.capacity = cap; /* the same room the other back ends are given */
     o.tick_ns = b->tick_ns;
     o.threaded = threaded;
     tw_timer *t;
@@ -117,13 +117,13 @@ static uint64_t twt_next(struct backend *b)
 }
 
 const struct backend_ops be_twheel = {
-    "twheel", "twheel, manual mode (the caller advances the clock)", 0,
+    "twheel", "twheel, manual mode (the caller advances the clock)", 0, 0,
     twm_open, twm_close, twm_add, twm_cancel, twm_advance, twm_next, twm_bytes,
     twm_wakeups,
 };
 
 const struct backend_ops be_twheel_threaded = {
-    "twheel-thr", "twheel, threaded mode (driver thread, locked API)", 1,
+    "twheel-thr", "twheel, threaded mode (driver thread, locked API)", 1, 1,
     twt_open, twm_close, twm_add, twm_cancel, twt_advance, twt_next, twm_bytes,
     twm_wakeups,
 };
@@ -287,10 +287,177 @@ static uint64_t heap_wakeups(struct backend *b)
     return ((struct heap *)b->impl)->wakeups;
 }
 
-const struct backend_ops be_heap = {
-    "heap", "index-tracked binary min-heap (libuv/libevent/JDK design)", 0,
+const struct backend_ops be_heap_inline = {
+    "heap-inline", "binary min-heap, deadlines inline in the array (stronger than the peers)", 0, 0,
     heap_open, heap_close, heap_add, heap_cancel, heap_advance, heap_next,
     heap_bytes, heap_wakeups,
+};
+
+/* ---- binary heap of node pointers (the peers' design) ------------------ */
+
+/* What libevent (min_heap of struct event *), Java's STPE (array of task
+ * references, deadline in the task) and libuv (deadline in the handle)
+ * do: the heap holds pointers and every comparison reads the node. */
+struct pnode {
+    uint64_t deadline;
+    uint64_t seq;
+    void (*cb)(void *);
+    void *arg;
+    uint32_t pos;
+    uint32_t next_free;
+};
+
+struct pheap {
+    struct pnode **h;
+    struct pnode *nodes;
+    uint32_t n, free_head;
+    uint64_t seq, now, wakeups, cap;
+};
+
+static inline int pless(const struct pnode *a, const struct pnode *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+static void pup(struct pheap *q, uint32_t pos)
+{
+    struct pnode *e = q->h[pos];
+    while (pos) {
+        uint32_t p = (pos - 1) / 2;
+        if (!pless(e, q->h[p]))
+            break;
+        q->h[pos] = q->h[p];
+        q->h[pos]->pos = pos;
+        pos = p;
+    }
+    q->h[pos] = e;
+    e->pos = pos;
+}
+
+static void pdown(struct pheap *q, uint32_t pos)
+{
+    struct pnode *e = q->h[pos];
+    for (;;) {
+        uint32_t c = 2 * pos + 1;
+        if (c >= q->n)
+            break;
+        if (c + 1 < q->n && pless(q->h[c + 1], q->h[c]))
+            c++;
+        if (!pless(q->h[c], e))
+            break;
+        q->h[pos] = q->h[c];
+        q->h[pos]->pos = pos;
+        pos = c;
+    }
+    q->h[pos] = e;
+    e->pos = pos;
+}
+
+static void premove(struct pheap *q, uint32_t pos)
+{
+    struct pnode *last = q->h[--q->n];
+    if (pos == q->n)
+        return;
+    q->h[pos] = last;
+    last->pos = pos;
+    if (pos && pless(last, q->h[(pos - 1) / 2]))
+        pup(q, pos);
+    else
+        pdown(q, pos);
+}
+
+static int pheap_open(struct backend *b, size_t cap, uint64_t now)
+{
+    struct pheap *q = calloc(1, sizeof(*q));
+    if (!q)
+        return -ENOMEM;
+    q->cap = cap;
+    q->h = malloc(cap * sizeof(*q->h));
+    q->nodes = malloc(cap * sizeof(*q->nodes));
+    if (!q->h || !q->nodes)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < cap; k++)
+        q->nodes[k].next_free = k + 1;
+    q->now = now;
+    b->impl = q;
+    return 0;
+}
+
+static void pheap_close(struct backend *b)
+{
+    struct pheap *q = b->impl;
+    free(q->h);
+    free(q->nodes);
+    free(q);
+}
+
+static uint64_t pheap_add(struct backend *b, uint64_t delay, void *arg)
+{
+    struct pheap *q = b->impl;
+    uint32_t k = q->free_head;
+    struct pnode *nd = &q->nodes[k];
+    q->free_head = nd->next_free;
+    uint64_t d = q->now + delay;
+    nd->deadline = d < delay ? UINT64_MAX : d;
+    nd->seq = q->seq++;
+    nd->cb = bench_fired;
+    nd->arg = arg;
+    q->h[q->n] = nd;
+    pup(q, q->n++);
+    return k;
+}
+
+static void pheap_cancel(struct backend *b, uint64_t h)
+{
+    struct pheap *q = b->impl;
+    uint32_t k = (uint32_t)h;
+    premove(q, q->nodes[k].pos);
+    q->nodes[k].next_free = q->free_head;
+    q->free_head = k;
+}
+
+static size_t pheap_advance(struct backend *b, uint64_t now)
+{
+    struct pheap *q = b->impl;
+    size_t n = 0;
+    if (now > q->now)
+        q->now = now;
+    q->wakeups++;
+    while (q->n && q->h[0]->deadline <= q->now) {
+        struct pnode *nd = q->h[0];
+        premove(q, 0);
+        uint32_t k = (uint32_t)(nd - q->nodes);
+        void (*cb)(void *) = nd->cb;
+        void *arg = nd->arg;
+        nd->next_free = q->free_head;
+        q->free_head = k;
+        cb(arg);
+        n++;
+    }
+    return n;
+}
+
+static uint64_t pheap_next(struct backend *b)
+{
+    struct pheap *q = b->impl;
+    return q->n ? q->h[0]->deadline : UINT64_MAX;
+}
+
+static uint64_t pheap_bytes(struct backend *b)
+{
+    struct pheap *q = b->impl;
+    return q->cap * (sizeof(struct pnode *) + sizeof(struct pnode));
+}
+
+static uint64_t pheap_wakeups(struct backend *b)
+{
+    return ((struct pheap *)b->impl)->wakeups;
+}
+
+const struct backend_ops be_heap = {
+    "heap", "binary min-heap of node pointers (libevent/JDK STPE design): the baseline", 0, 0,
+    pheap_open, pheap_close, pheap_add, pheap_cancel, pheap_advance, pheap_next,
+    pheap_bytes, pheap_wakeups,
 };
 
 /* ---- hashed wheel with rounds (Netty) ---------------------------------- */
@@ -431,7 +598,7 @@ static uint64_t hw_wakeups(struct backend *b)
 }
 
 const struct backend_ops be_hashed = {
-    "hashed", "single-level hashed wheel with rounds (Netty design), 512 slots", 0,
+    "hashed", "single-level hashed wheel with rounds (Netty design), 512 slots", 0, 0,
     hw_open, hw_close, hw_add, hw_cancel, hw_advance, hw_next, hw_bytes, hw_wakeups,
 };
 
@@ -528,12 +695,12 @@ static uint64_t zero_bytes(struct backend *b)
 }
 
 const struct backend_ops be_libevent = {
-    "libevent", "libevent 2.1 evtimer_add/evtimer_del (min-heap)", 0,
+    "libevent", "libevent 2.1 evtimer_add/evtimer_del (min-heap)", 0, 1,
     lev_open, lev_close, lev_add, lev_cancel, lev_advance, lev_next, zero_bytes,
     NULL,
 };
 #else
-const struct backend_ops be_libevent = { "libevent", NULL, 0, NULL, NULL, NULL,
+const struct backend_ops be_libevent = { "libevent", NULL, 0, 0, NULL, NULL, NULL,
                                          NULL, NULL, NULL, NULL, NULL };
 #endif
 
@@ -626,10 +793,10 @@ static uint64_t luv_zero(struct backend *b)
 }
 
 const struct backend_ops be_libuv = {
-    "libuv", "libuv 1.44 uv_timer_start/uv_timer_stop (min-heap, ms)", 0,
+    "libuv", "libuv 1.44 uv_timer_start/uv_timer_stop (min-heap, ms)", 0, 0,
     luv_open, luv_close, luv_add, luv_cancel, luv_advance, luv_next, luv_zero, NULL,
 };
 #else
-const struct backend_ops be_libuv = { "libuv", NULL, 0, NULL, NULL, NULL,
+const struct backend_ops be_libuv = { "libuv", NULL, 0, 0, NULL, NULL, NULL,
                                       NULL, NULL, NULL, NULL, NULL };
 #endif

@@ -19,6 +19,8 @@ struct backend_ops {
     const char *name;
     const char *about;
     int realtime_only; /* 1: drives itself in real time (threaded, loops) */
+    int clock_per_add; /* 1: delays count from a clock read at each add;
+                          0: from the back end's own time (open time) */
     /* cap: the most timers pending at once. now: the start time (ns). */
     int (*open)(struct backend *b, size_t cap, uint64_t now);
     void (*close)(struct backend *b);
@@ -43,7 +45,7 @@ struct backend {
 };
 
 extern const struct backend_ops be_twheel, be_twheel_threaded, be_heap,
-    be_hashed, be_libevent, be_libuv;
+    be_heap_inline, be_hashed, be_libevent, be_libuv;
 
 uint64_t bench_now_ns(void);
 

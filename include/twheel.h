@@ -14,8 +14,8 @@
  *     now >= its deadline rounded up to the tick, so at most one tick late
  *     for a caller that advances to tw_next_deadline();
  *   - tasks whose deadlines are a tick or more apart fire in deadline order;
- *     tasks due in the same tick fire in a deterministic order (the order in
- *     which they reached the finest wheel);
+ *     tasks due in the same tick fire in a deterministic order (not FIFO:
+ *     see src/wheel.h on the lists of a bucket);
  *   - schedule and cancel are O(1) and allocate nothing once the entry pool
  *     is warm (keyed and periodic tasks also reuse pooled records);
  *   - ids are never reissued: a stale id is answered with -ENOENT and
@@ -84,9 +84,13 @@ struct tw_options {
     uint32_t shards;              /* threaded only: independent engine
                                      shards, each with its own lock;
                                      0 = one per CPU (at most 64) */
+    uint64_t capacity;            /* tasks to make room for at creation
+                                     (0 = grow on demand). The pool doubles
+                                     when full, copying itself once; a
+                                     timer sized here never does. */
 };
 
-#define TW_MAX_WHEEL_SIZE (1u << 20)
+#define TW_MAX_WHEEL_SIZE (1u << 16) /* a bucket is 72 bytes */
 
 /* Periodic flags (exactly one). */
 #define TW_FIXED_RATE  1 /* next deadline = previous deadline + period.

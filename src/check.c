@@ -64,6 +64,7 @@ struct placement {
     uint32_t level;
     uint64_t exp;
     uint64_t keyed;
+    uint32_t sub;
 };
 
 static void check_placed(struct ctx *c, struct tw__engine *e, uint32_t i, void *data)
@@ -82,6 +83,8 @@ static void check_placed(struct ctx *c, struct tw__engine *e, uint32_t i, void *
     }
     if (p->level == UINT32_MAX)
         return; /* expired list: anything due */
+    if ((i & (TW__SUBS - 1)) != p->sub)
+        FAIL(c, "slot %u is in list %u of its bucket", i, p->sub);
     if (p->level == 0) {
         if (dt > p->exp) /* would fire early */
             FAIL(c, "slot %u: due tick %llu in level-0 bucket of tick %llu", i,
@@ -120,7 +123,12 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         for (uint32_t s = 0; s < e->wsize; s++) {
             uint32_t bn = (k << e->bits) | s;
             struct tw__bucket *b = &e->level[k][s];
-            int empty = b->link.next == (TW__SENT | bn);
+            uint32_t mask = 0;
+            for (uint32_t j = 0; j < TW__SUBS; j++)
+                mask |= (uint32_t)(b->sub[j].next != tw__sent(bn, j)) << j;
+            if (mask != b->mask)
+                FAIL(c, "bucket %u: list mask %#x, lists say %#x", bn, b->mask, mask);
+            int empty = mask == 0;
             if (b->heap_index == TW__NOT_QUEUED) {
                 if (!empty)
                     FAIL(c, "bucket %u holds tasks but is not queued", bn);
@@ -142,12 +150,15 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             if ((exp >> shift) - (e->cur >> shift) >= e->wsize)
                 FAIL(c, "bucket %u: expiration %llu beyond its level's span", bn,
                      (unsigned long long)exp);
-            struct placement p = { k, exp, 0 };
-            listed += walk(c, e, TW__SENT | bn, limit, check_placed, &p);
+            struct placement p = { k, exp, 0, 0 };
+            for (uint32_t j = 0; j < TW__SUBS; j++) {
+                p.sub = j;
+                listed += walk(c, e, tw__sent(bn, j), limit, check_placed, &p);
+            }
             keyed += p.keyed;
         }
     }
-    struct placement px = { UINT32_MAX, 0, 0 };
+    struct placement px = { UINT32_MAX, 0, 0, 0 };
     listed += walk(c, e, TW__EXPIRED_SENT, limit, check_placed, &px);
     keyed += px.keyed;
 

@@ -177,6 +177,7 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
     t->threaded = o.threaded;
     t->nshards = choose_shards(&o);
     t->shard_bits = (uint32_t)__builtin_ctz(t->nshards);
+    t->slow = t->threaded || t->max_pending;
     atomic_init(&t->total_pending, 0);
 
     /* the shards are cache-line aligned: over-allocate and align */
@@ -192,8 +193,7 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
 
     uint64_t now = tw__clock_now(t);
     /* a slot index shifted by shard_bits must fit in the id's low word */
-    uint32_t max_slots = t->shard_bits ? (1u << (32 - t->shard_bits)) - TW__SLAB_SLOTS
-                                       : TW__MAX_SLOTS;
+    uint32_t max_slots = t->shard_bits ? (1u << (32 - t->shard_bits)) - 1u : TW__MAX_SLOTS;
     uint32_t made = 0;
     for (; made < t->nshards; made++) {
         struct tw__shard *sh = &t->shards[made];
@@ -205,12 +205,18 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
         }
         rc = tw__engine_init(&sh->eng, &sh->mem, o.tick_ns, o.wheel_size,
                              now, max_slots);
+        if (!rc && o.capacity) {
+            uint64_t per = (o.capacity + t->nshards - 1) / t->nshards;
+            if ((rc = tw__pool_grow_to(&sh->eng.pool, &sh->mem, per)))
+                tw__engine_destroy(&sh->eng);
+        }
         if (rc) {
             if (t->threaded)
                 pthread_mutex_destroy(&sh->lock);
             break;
         }
     }
+    t->e0 = &t->shards[0].eng;
     if (!rc && t->threaded)
         rc = tw__runtime_start(t, &o);
     if (rc) {
@@ -291,8 +297,8 @@ static int add_plain(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
     return 0;
 }
 
-int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
-                tw_id *id)
+static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_ns,
+                                                   tw_fn fn, void *arg, tw_id *id)
 {
     if (!t || !fn)
         return -EINVAL;
@@ -309,6 +315,75 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     int rc = stopped(t) ? -ESHUTDOWN : add_plain(t, si, deadline, fn, arg, id);
     pthread_mutex_unlock(&sh->lock);
     return rc;
+}
+
+/* Returns 0 after queueing a bucket that just became non-empty; a tail
+ * call, so that the fast path below needs no stack frame of its own. */
+static __attribute__((noinline)) int queue_new_bucket(struct tw__engine *e, uint32_t bn,
+                                                      uint64_t exp)
+{
+    tw__wheel_queue_bucket(e, bn, exp);
+    return 0;
+}
+
+/* The manual-mode fast path: no lock, no bound to check, one engine. What
+ * needs memory (a new level, a new pool capacity) goes the general way.
+ * Written out rather than composed from helpers so that every call is a
+ * tail call: the instruction count per schedule is a published figure. */
+int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
+                tw_id *id)
+{
+    if (__builtin_expect(!t || !fn || t->slow, 0))
+        return schedule_slow(t, delay_ns, fn, arg, id);
+    struct tw__engine *e = t->e0;
+    uint64_t deadline = sat_add(e->now_ns, delay_ns);
+    uint64_t dt = tw__ticks_ceil(e, deadline);
+    uint32_t k = 0;
+    if (dt > e->cur) {
+        if (__builtin_expect((k = tw__level_for(e, dt)) >= e->nlevels, 0))
+            return add_plain(t, 0, deadline, fn, arg, id);
+    } else {
+        dt = e->cur; /* due: the current tick's bucket */
+    }
+    struct tw__pool *p = &e->pool;
+    uint32_t i = p->free_head;
+    if (__builtin_expect(i != TW__NIL, 1)) {
+        p->free_head = p->entries[i].link.next;
+        p->nfree--;
+    } else if (p->used < p->cap) {
+        i = p->used++;
+        p->entries[i].gen = 0;
+    } else {
+        return add_plain(t, 0, deadline, fn, arg, id);
+    }
+    struct tw__entry *en = &p->entries[i];
+    uint32_t gen = ++en->gen;
+    en->deadline = deadline;
+    en->fn = fn;
+    en->arg = arg;
+
+    uint32_t shift = e->bits * k;
+    uint32_t slot = (uint32_t)(dt >> shift) & e->mask;
+    uint32_t bn = (k << e->bits) | slot;
+    struct tw__bucket *b = &e->level[k][slot];
+    uint32_t j = i & (TW__SUBS - 1), self = tw__sent(bn, j);
+    struct tw__link *h = &b->sub[j];
+    uint32_t tail = h->prev;
+    en->link.next = self;
+    en->link.prev = tail;
+    h->prev = i;
+    e->pending++;
+    e->scheduled++;
+    if (id)
+        *id = ((uint64_t)gen << 32) | i; /* one shard: no shard bits */
+    if (__builtin_expect(tail != self, 1)) {
+        p->entries[tail].link.next = i;
+        return 0;
+    }
+    h->next = i;
+    uint32_t was = b->mask;
+    b->mask = was | (1u << j);
+    return was ? 0 : queue_new_bucket(e, bn, (dt >> shift) << shift);
 }
 
 int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn, void *arg,
@@ -414,37 +489,46 @@ out:
 
 /* ---- cancel / reschedule ---------------------------------------------- */
 
-static int cancel_locked(tw_timer *t, struct tw__engine *e, uint32_t slot,
-                         uint32_t gen)
+/* Cancels a task with an extra record (keyed or periodic). */
+static __attribute__((noinline)) int cancel_extra(tw_timer *t, struct tw__engine *e,
+                                                  uint32_t i, struct tw__entry *en)
 {
-    uint32_t i = tw__pool_lookup(&e->pool, slot, gen);
-    if (i == TW__NIL)
-        return -ENOENT;
-    struct tw__entry *en = tw__pool_entry(&e->pool, i);
-    if (__builtin_expect(tw__is_extra(en), 0)) {
-        struct tw__extra *x = en->arg;
-        if (x->state != TW__X_IDLE) { /* periodic, its callback running */
-            if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED)
-                return -ENOENT;
-            x->state = TW__X_CANCELLED; /* released when it returns */
-            e->cancelled++;
-            pending_dec(t, e);
-            return 0;
-        }
-        if (x->key)
-            tw__keymap_remove(e, x);
-        tw__list_unlink(e, en);
-        tw__extra_put(e, x);
-    } else {
-        tw__list_unlink(e, en);
+    struct tw__extra *x = en->arg;
+    if (x->state != TW__X_IDLE) { /* periodic, its callback running */
+        if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED)
+            return -ENOENT;
+        x->state = TW__X_CANCELLED; /* released when it returns */
+        e->cancelled++;
+        pending_dec(t, e);
+        return 0;
     }
+    if (x->key)
+        tw__keymap_remove(e, x);
+    tw__list_unlink(e, en);
+    tw__extra_put(e, x);
     tw__pool_put(&e->pool, i);
     e->cancelled++;
     pending_dec(t, e);
     return 0;
 }
 
-int tw_cancel(tw_timer *t, tw_id id)
+static inline __attribute__((always_inline)) int
+cancel_locked(tw_timer *t, struct tw__engine *e, uint32_t slot, uint32_t gen)
+{
+    uint32_t i = tw__pool_lookup(&e->pool, slot, gen);
+    if (i == TW__NIL)
+        return -ENOENT;
+    struct tw__entry *en = tw__pool_entry(&e->pool, i);
+    if (__builtin_expect(tw__is_extra(en), 0))
+        return cancel_extra(t, e, i, en);
+    tw__list_unlink(e, en);
+    tw__pool_put(&e->pool, i);
+    e->cancelled++;
+    pending_dec(t, e);
+    return 0;
+}
+
+static __attribute__((noinline)) int cancel_slow(tw_timer *t, tw_id id)
 {
     if (!t)
         return -EINVAL;
@@ -454,6 +538,44 @@ int tw_cancel(tw_timer *t, tw_id id)
     int rc = cancel_locked(t, &sh->eng, tw__id_slot(t, id), (uint32_t)(id >> 32));
     tw__shard_unlock(t, sh);
     return rc;
+}
+
+static __attribute__((noinline)) int sub_emptied(struct tw__engine *e, uint32_t s)
+{
+    tw__wheel_sub_emptied(e, s);
+    return 0;
+}
+
+/* The manual-mode fast path of cancel: one cache line read (the entry and
+ * its generation aside), its two neighbours only written. */
+int tw_cancel(tw_timer *t, tw_id id)
+{
+    if (__builtin_expect(!t || t->slow, 0))
+        return cancel_slow(t, id);
+    struct tw__engine *e = t->e0;
+    struct tw__pool *p = &e->pool;
+    uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
+    struct tw__entry *en = &p->entries[i];
+    if (i >= p->used || !(gen & 1u) || en->gen != gen)
+        return -ENOENT;
+    if (__builtin_expect(tw__is_extra(en), 0))
+        return cancel_extra(t, e, i, en);
+    uint32_t n = en->link.next, pv = en->link.prev;
+    tw__link_at(e, pv)->next = n;
+    tw__link_at(e, n)->prev = pv;
+    e->cancelled++;
+    e->pending--;
+    if (__builtin_expect(++en->gen != 0, 1)) {
+        en->link.next = p->free_head;
+        p->free_head = i;
+        p->nfree++;
+    } else {
+        p->retired++; /* generation wrapped: never reuse the slot */
+    }
+    /* n == pv only when both are the sentinel of a list just emptied */
+    if (__builtin_expect(n == pv, 0) && n != TW__EXPIRED_SENT)
+        return sub_emptied(e, n);
+    return 0;
 }
 
 int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen)
@@ -779,7 +901,7 @@ void tw_stats(tw_timer *t, struct tw_stats *s)
         return;
     uint64_t hist[TW__LATE_BUCKETS] = { 0 }, total = 0;
     s->memory_bytes = t->mem.bytes;
-    s->entry_bytes = sizeof(struct tw__entry) + sizeof(uint32_t);
+    s->entry_bytes = sizeof(struct tw__entry);
     for (uint32_t k = 0; k < t->nshards; k++) {
         struct tw__shard *sh = &t->shards[k];
         tw__shard_lock(t, sh);

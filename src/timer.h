@@ -29,6 +29,8 @@ struct tw_timer {
                                        max_pending */
     uint32_t nshards, shard_bits;
     int threaded;
+    int slow;           /* threaded or max_pending: no manual fast path */
+    struct tw__engine *e0; /* shard 0's engine (the only one in manual) */
     int in_dispatch;    /* manual: a callback of tw_advance is running */
     void *drain_arg;
     struct tw__runtime *rt;

@@ -80,10 +80,10 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
         if (!b)
             return -ENOMEM;
         for (uint32_t s = 0; s < e->wsize; s++) {
-            uint32_t self = TW__SENT | (lv << e->bits) | s;
-            b[s].link.next = b[s].link.prev = self;
+            for (uint32_t j = 0; j < TW__SUBS; j++)
+                b[s].sub[j].next = b[s].sub[j].prev = tw__sent((lv << e->bits) | s, j);
             b[s].heap_index = TW__NOT_QUEUED;
-            b[s].pad_ = 0;
+            b[s].mask = 0;
         }
         e->level[lv] = b;
         e->nlevels++;
@@ -105,8 +105,10 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->mask = wheel_size - 1;
     e->bits = (uint32_t)__builtin_ctz(wheel_size);
     e->max_levels = (64 + e->bits - 1) / e->bits;
-    for (uint32_t j = 0; j < 64; j++)
+    for (uint32_t j = 0; j < 64; j++) {
         e->level_of_log2[j] = (uint8_t)(j / e->bits);
+        e->shift_of_log2[j] = (uint8_t)(e->bits * (j / e->bits));
+    }
     e->now_ns = now_ns;
     uint64_t r;
     e->cur = tw__div_floor(&e->tick, now_ns, &r);
@@ -130,14 +132,16 @@ void tw__wheel_queue_bucket(struct tw__engine *e, uint32_t bn, uint64_t exp)
     tw__dq_push(&e->dq, exp, bn, bucket_heap_index, e);
 }
 
-void tw__wheel_bucket_emptied(struct tw__engine *e, uint32_t bn)
+void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s)
 {
+    uint32_t bn = (s & ~TW__SENT) >> TW__SUB_BITS;
     struct tw__bucket *b = tw__bucket_at(e, bn);
-    if (b->heap_index != TW__NOT_QUEUED)
+    b->mask &= ~(1u << (s & (TW__SUBS - 1)));
+    if (!b->mask && b->heap_index != TW__NOT_QUEUED)
         tw__dq_remove(&e->dq, b->heap_index, bucket_heap_index, e);
 }
 
-/* Moves the whole list of bucket bn (first..last) to the expired list. */
+/* Moves the list first..last to the end of the expired list. */
 static void splice_to_expired(struct tw__engine *e, uint32_t first,
                               uint32_t last)
 {
@@ -148,6 +152,45 @@ static void splice_to_expired(struct tw__engine *e, uint32_t first,
     e->expired.prev = last;
 }
 
+/* Takes every task out of bucket bn, visiting its lists round-robin with
+ * the next entry of each list prefetched, so that the misses of the
+ * TW__SUBS lists overlap. A task due by the current tick goes to the
+ * expired list; any other is placed again relative to the current tick,
+ * which demotes it to a finer level. Level-0 tasks are all due. */
+static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
+{
+    struct tw__bucket *b = tw__bucket_at(e, bn);
+    uint32_t cursor[TW__SUBS], live = 0, mask = b->mask;
+    for (uint32_t j = 0; j < TW__SUBS; j++) {
+        uint32_t self = tw__sent(bn, j);
+        cursor[j] = (mask >> j) & 1u ? b->sub[j].next : self;
+        live += (mask >> j) & 1u;
+        b->sub[j].next = b->sub[j].prev = self;
+    }
+    b->mask = 0;
+    while (live) {
+        for (uint32_t j = 0; j < TW__SUBS; j++) {
+            uint32_t i = cursor[j], self = tw__sent(bn, j);
+            if (i == self)
+                continue;
+            struct tw__entry *en = tw__pool_entry(&e->pool, i);
+            uint32_t next = en->link.next;
+            cursor[j] = next;
+            if (next != self)
+                __builtin_prefetch(tw__pool_entry(&e->pool, next));
+            else
+                live--;
+            uint64_t dt;
+            if (!cascade || (dt = tw__ticks_ceil(e, en->deadline)) <= e->cur) {
+                tw__list_append(e, TW__EXPIRED_SENT, i, en);
+            } else {
+                tw__wheel_place(e, i, en, dt);
+            }
+            e->cascaded += (uint64_t)cascade;
+        }
+    }
+}
+
 uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
 {
     uint64_t pops = 0;
@@ -155,37 +198,13 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
     while ((top = tw__dq_min(&e->dq)) && top->exp <= target) {
         uint64_t exp = top->exp;
         uint32_t bn = top->bn;
-        struct tw__bucket *b = tw__bucket_at(e, bn);
         tw__dq_remove(&e->dq, 0, bucket_heap_index, e);
         pops++;
         /* Re-insertion is relative to the bucket's own time, which is what
          * demotes its tasks by one level at least. */
         if (exp > e->cur)
             e->cur = exp;
-
-        uint32_t self = TW__SENT | bn;
-        uint32_t first = b->link.next, last = b->link.prev;
-        b->link.next = b->link.prev = self;
-        if (first == self)
-            continue; /* cannot happen: empty buckets leave the heap */
-
-        if (bn < e->wsize) { /* level 0: everything in it is due */
-            splice_to_expired(e, first, last);
-            continue;
-        }
-        for (uint32_t i = first; i != self;) {
-            struct tw__entry *en = tw__pool_entry(&e->pool, i);
-            uint32_t next = en->link.next;
-            if (next != self)
-                __builtin_prefetch(tw__pool_entry(&e->pool, next));
-            uint64_t dt = tw__ticks_ceil(e, en->deadline);
-            if (dt <= e->cur)
-                tw__list_append(e, TW__EXPIRED_SENT, i, en);
-            else
-                tw__wheel_place(e, i, en, dt);
-            e->cascaded++;
-            i = next;
-        }
+        empty_bucket(e, bn, bn >= e->wsize);
     }
     if (target > e->cur)
         e->cur = target;
@@ -199,11 +218,14 @@ void tw__wheel_collect_all(struct tw__engine *e)
         uint32_t bn = e->dq.h[e->dq.n - 1].bn;
         struct tw__bucket *b = tw__bucket_at(e, bn);
         tw__dq_remove(&e->dq, e->dq.n - 1, bucket_heap_index, e);
-        uint32_t self = TW__SENT | bn;
-        uint32_t first = b->link.next, last = b->link.prev;
-        b->link.next = b->link.prev = self;
-        if (first != self)
-            splice_to_expired(e, first, last);
+        for (uint32_t j = 0; j < TW__SUBS; j++) {
+            uint32_t self = tw__sent(bn, j);
+            uint32_t first = b->sub[j].next, last = b->sub[j].prev;
+            b->sub[j].next = b->sub[j].prev = self;
+            if (first != self)
+                splice_to_expired(e, first, last);
+        }
+        b->mask = 0;
     }
 }
 

@@ -664,7 +664,7 @@ static void test_stats_and_misc(void **state)
     assert_int_equal(s.fired, 0);
     assert_int_equal(s.levels, 3);
     assert_int_equal(s.queued_buckets, 2);
-    assert_int_equal(s.entry_bytes, 36);
+    assert_int_equal(s.entry_bytes, 40);
     assert_true(s.memory_bytes > 0);
     assert_int_equal(tw_advance(t, 20 * SEC), 2);
     tw_stats(t, &s);
@@ -706,6 +706,33 @@ static void test_ids_never_reissued(void **state)
     tw_destroy(t);
 }
 
+static void test_capacity_preallocates(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.allocator.alloc = count_alloc_fn;
+    o.allocator.free = count_free_fn;
+    o.allocator.ctx = &a;
+    o.capacity = 5000;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(tw_schedule(t, 3 * SEC, noop_fn, NULL, NULL), 0); /* levels */
+    long before = a.allocs;
+    for (int k = 1; k < 5000; k++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(k % 50) * MS, noop_fn, NULL, NULL), 0);
+    assert_int_equal(a.allocs, before); /* no allocation: the room was made */
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, NULL), 0);
+    assert_int_equal(a.allocs, before + 1); /* the pool grows past it */
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+    /* a capacity that cannot be had fails creation cleanly */
+    o.capacity = 1ull << 40;
+    assert_int_equal(tw_create(&t, &o), -ENOMEM);
+    assert_int_equal(a.live, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -730,6 +757,7 @@ int main(void)
         cmocka_unit_test(test_drain),
         cmocka_unit_test(test_stats_and_misc),
         cmocka_unit_test(test_ids_never_reissued),
+        cmocka_unit_test(test_capacity_preallocates),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }
