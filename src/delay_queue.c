@@ -19,29 +19,26 @@ int tw__dq_reserve(struct tw__dq *q, struct tw__mem *m, uint32_t cap)
     return 0;
 }
 
-static void place(struct tw__dq *q, uint32_t pos, struct tw__dq_node nd,
-                  tw__dq_index_fn idx, void *owner)
+static inline void place(struct tw__dq *q, uint32_t pos, struct tw__dq_node nd)
 {
     q->h[pos] = nd;
-    *idx(owner, nd.bn) = pos;
+    *nd.pos = pos;
 }
 
-static void sift_up(struct tw__dq *q, uint32_t pos, tw__dq_index_fn idx,
-                    void *owner)
+static void sift_up(struct tw__dq *q, uint32_t pos)
 {
     struct tw__dq_node nd = q->h[pos];
     while (pos > 0) {
         uint32_t parent = (pos - 1) / 2;
         if (!tw__dq_less(&nd, &q->h[parent]))
             break;
-        place(q, pos, q->h[parent], idx, owner);
+        place(q, pos, q->h[parent]);
         pos = parent;
     }
-    place(q, pos, nd, idx, owner);
+    place(q, pos, nd);
 }
 
-static void sift_down(struct tw__dq *q, uint32_t pos, tw__dq_index_fn idx,
-                      void *owner)
+static void sift_down(struct tw__dq *q, uint32_t pos)
 {
     struct tw__dq_node nd = q->h[pos];
     for (;;) {
@@ -52,32 +49,30 @@ static void sift_down(struct tw__dq *q, uint32_t pos, tw__dq_index_fn idx,
             c++;
         if (!tw__dq_less(&q->h[c], &nd))
             break;
-        place(q, pos, q->h[c], idx, owner);
+        place(q, pos, q->h[c]);
         pos = c;
     }
-    place(q, pos, nd, idx, owner);
+    place(q, pos, nd);
 }
 
-void tw__dq_push(struct tw__dq *q, uint64_t exp, uint32_t bn,
-                 tw__dq_index_fn idx, void *owner)
+void tw__dq_push(struct tw__dq *q, uint64_t exp, uint32_t bn, uint32_t *pos)
 {
     /* capacity was reserved when the bucket's level was created */
-    q->h[q->n] = (struct tw__dq_node){ .exp = exp, .bn = bn };
-    sift_up(q, q->n++, idx, owner);
+    q->h[q->n] = (struct tw__dq_node){ .exp = exp, .pos = pos, .bn = bn };
+    sift_up(q, q->n++);
 }
 
-void tw__dq_remove(struct tw__dq *q, uint32_t pos, tw__dq_index_fn idx,
-                   void *owner)
+void tw__dq_remove(struct tw__dq *q, uint32_t pos)
 {
-    *idx(owner, q->h[pos].bn) = TW__NOT_QUEUED;
+    *q->h[pos].pos = TW__NOT_QUEUED;
     if (--q->n == pos)
         return;
     struct tw__dq_node last = q->h[q->n];
     q->h[pos] = last;
     if (pos > 0 && tw__dq_less(&last, &q->h[(pos - 1) / 2]))
-        sift_up(q, pos, idx, owner);
+        sift_up(q, pos);
     else
-        sift_down(q, pos, idx, owner);
+        sift_down(q, pos);
 }
 
 void tw__dq_destroy(struct tw__dq *q, struct tw__mem *m)

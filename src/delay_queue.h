@@ -16,8 +16,9 @@
 #define TW__NOT_QUEUED 0xFFFFFFFFu
 
 struct tw__dq_node {
-    uint64_t exp;  /* bucket expiration, in ticks */
-    uint32_t bn;   /* bucket number */
+    uint64_t exp;   /* bucket expiration, in ticks */
+    uint32_t *pos;  /* the bucket's record of its heap position */
+    uint32_t bn;    /* bucket number */
     uint32_t pad_;
 };
 
@@ -26,15 +27,11 @@ struct tw__dq {
     uint32_t n, cap;
 };
 
-/* Where the heap writes a bucket's position back: the owner resolves a
- * bucket number to its heap_index field. */
-typedef uint32_t *(*tw__dq_index_fn)(void *owner, uint32_t bn);
-
 int tw__dq_reserve(struct tw__dq *q, struct tw__mem *m, uint32_t cap);
-void tw__dq_push(struct tw__dq *q, uint64_t exp, uint32_t bn,
-                 tw__dq_index_fn idx, void *owner);
-void tw__dq_remove(struct tw__dq *q, uint32_t pos, tw__dq_index_fn idx,
-                   void *owner);
+/* Queues bucket bn; *pos is kept equal to its heap position. */
+void tw__dq_push(struct tw__dq *q, uint64_t exp, uint32_t bn, uint32_t *pos);
+/* Removes the node at heap position at; its *pos becomes TW__NOT_QUEUED. */
+void tw__dq_remove(struct tw__dq *q, uint32_t at);
 void tw__dq_destroy(struct tw__dq *q, struct tw__mem *m);
 
 static inline const struct tw__dq_node *tw__dq_min(const struct tw__dq *q)

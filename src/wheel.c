@@ -60,11 +60,6 @@
 
 #include "wheel.h"
 
-static uint32_t *bucket_heap_index(void *owner, uint32_t bn)
-{
-    return &tw__bucket_at(owner, bn)->heap_index;
-}
-
 int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
 {
     if (k >= e->max_levels)
@@ -129,7 +124,7 @@ void tw__engine_destroy(struct tw__engine *e)
 
 void tw__wheel_queue_bucket(struct tw__engine *e, uint32_t bn, uint64_t exp)
 {
-    tw__dq_push(&e->dq, exp, bn, bucket_heap_index, e);
+    tw__dq_push(&e->dq, exp, bn, &tw__bucket_at(e, bn)->heap_index);
 }
 
 void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s)
@@ -138,7 +133,7 @@ void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s)
     struct tw__bucket *b = tw__bucket_at(e, bn);
     b->mask &= ~(1u << (s & (TW__SUBS - 1)));
     if (!b->mask && b->heap_index != TW__NOT_QUEUED)
-        tw__dq_remove(&e->dq, b->heap_index, bucket_heap_index, e);
+        tw__dq_remove(&e->dq, b->heap_index);
 }
 
 /* Moves the list first..last to the end of the expired list. */
@@ -198,7 +193,7 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
     while ((top = tw__dq_min(&e->dq)) && top->exp <= target) {
         uint64_t exp = top->exp;
         uint32_t bn = top->bn;
-        tw__dq_remove(&e->dq, 0, bucket_heap_index, e);
+        tw__dq_remove(&e->dq, 0);
         pops++;
         /* Re-insertion is relative to the bucket's own time, which is what
          * demotes its tasks by one level at least. */
@@ -217,7 +212,7 @@ void tw__wheel_collect_all(struct tw__engine *e)
     while (e->dq.n) {
         uint32_t bn = e->dq.h[e->dq.n - 1].bn;
         struct tw__bucket *b = tw__bucket_at(e, bn);
-        tw__dq_remove(&e->dq, e->dq.n - 1, bucket_heap_index, e);
+        tw__dq_remove(&e->dq, e->dq.n - 1);
         for (uint32_t j = 0; j < TW__SUBS; j++) {
             uint32_t self = tw__sent(bn, j);
             uint32_t first = b->sub[j].next, last = b->sub[j].prev;

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Instructions per W1 pair, counted by callgrind: a figure that machine
+# noise does not move. N = 10^4 pending timers, 10^5 (cancel + add) pairs;
+# only the timed loop (w1_loop) is counted, prefill excluded.
+#
+#   benchmarks/callgrind.sh [path/to/twheel-bench]
+#
+# "loop" is everything per pair: the benchmark's loop and its calls through
+# the back-end table (~31 instructions, the same for every back end) plus
+# the back end's add and cancel. For twheel, "library" is tw_schedule +
+# tw_cancel alone.
+set -eu
+bench=${1:-build/benchmarks/twheel-bench}
+pairs=100000
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf '%-12s %16s %16s\n' backend "loop instr/pair" "library/pair"
+for be in twheel heap heap-inline hashed; do
+  out="$tmp/cg.$be"
+  valgrind --tool=callgrind --toggle-collect=w1_loop --callgrind-out-file="$out" \
+    "$bench" --callgrind 10000 --backends "$be" >/dev/null 2>&1
+  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  lib="-"
+  if [ "$be" = twheel ]; then
+    lib=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null |
+      awk '/src\/timer.c:tw_(schedule|cancel)$/ {gsub(",", "", $1); s += $1} END {printf "%.0f", s / '"$pairs"'}')
+  fi
+  printf '%-12s %16s %16s\n' "$be" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "$lib"
+done
