@@ -170,7 +170,8 @@ TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
 /* Moves a pending task so that it fires delay_ns after tw_now (clamped as
  * in tw_schedule). Its id stays the same. Called on a periodic task from
  * its own callback, it sets the next firing. Returns 0, -ENOENT if the id
- * is not pending, -EINVAL (t NULL), -ENOMEM (the task is left as it was). */
+ * is not pending, -EINVAL (t NULL), -ENOMEM (the task is left as it was),
+ * -ESHUTDOWN once tw_stop has begun. */
 TW_API int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns);
 
 /* Cancels a task. Returns 0 if it was pending (its callback will not run;
@@ -246,11 +247,22 @@ TW_API const char *tw_strerror(int err);
  * schedule creates an earlier bucket. Every function above may be called
  * from any thread, callbacks included, except tw_advance (-EPERM).
  * Callbacks run on the driver thread (workers = 0: a long callback delays
- * the tasks due after it) or on a pool of `workers` threads ("tw-worker-N").
- * No internal lock is held while a callback runs. Cancel racing with the
- * firing of the same task has one winner: either tw_cancel returns 0 and
- * the callback never runs, or the callback runs and tw_cancel returns
- * -ENOENT.
+ * the tasks due after it, and the clock with them) or on a pool of
+ * `workers` threads ("tw-worker-N": a long callback holds only its own
+ * worker; the driver keeps advancing). No internal lock is held while a
+ * callback runs. Cancel racing with the firing of the same task has one
+ * winner: either tw_cancel returns 0 and the callback never runs, or the
+ * callback runs (or is running) and tw_cancel returns -ENOENT.
+ *
+ * Scaling: the timer is split into `shards` engines, each behind its own
+ * mutex; a thread schedules into the shard it was given on first use, and
+ * an id names its shard, so concurrent schedulers rarely share a lock. A
+ * threaded schedule reads the clock itself (delays count from the clock,
+ * not from the driver's last pass). The driver sleeps until the earliest
+ * occupied bucket; with nothing due it does not wake.
+ *
+ * With an injectable clock the driver sleeps for the clock distance to
+ * the next deadline on CLOCK_MONOTONIC; tw_wake() makes it look now.
  */
 
 /* Stops a threaded timer: stops the driver and the workers, waits for the
@@ -261,6 +273,14 @@ TW_API const char *tw_strerror(int err);
  * this timer, -EINVAL (t NULL or a manual timer: use tw_drain), -EALREADY
  * if already stopped. */
 TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
+
+/* Threaded: wakes the driver now and returns once it has dispatched
+ * everything due at the clock's current time (with workers = 0 their
+ * callbacks have run; with workers they are queued to them). For an
+ * injectable clock that jumps (tests) and for a clock the driver cannot
+ * sleep on. Returns 0, -EINVAL (t NULL or manual), -EDEADLK from a callback
+ * of this timer, -ESHUTDOWN once stopped. */
+TW_API int tw_wake(tw_timer *t);
 
 #ifdef __cplusplus
 }

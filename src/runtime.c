@@ -1,35 +1,443 @@
-/* runtime.c: the threaded runtime (not yet built: see issue 4). */
+/* runtime.c: the threaded runtime. A driver thread advances the timer by
+ * itself; callbacks run on it or on a pool of workers.
+ *
+ * Sleeping. The driver sleeps on a condition variable (CLOCK_MONOTONIC)
+ * until the earliest occupied bucket of any shard comes due. Nothing wakes
+ * it before then except a schedule that creates an earlier bucket: with
+ * nothing due, it does not wake at all (Netty wakes every tick; Kafka's
+ * reaper polls every 200 ms).
+ *
+ * No lost wake-up. The driver publishes its planned wake time (`target`)
+ * and then reads every shard's earliest bucket again. A scheduler inserts
+ * under its shard lock and then reads `target`. Either the driver's second
+ * read sees the new bucket, or the scheduler sees the new target and
+ * kicks: it bumps `kicks` under the runtime mutex and signals. The driver
+ * compares `kicks` with the value it saw before planning, under the same
+ * mutex, before it waits. A schedule that creates no earlier bucket costs
+ * one atomic load here and nothing more.
+ *
+ * Firing. For each shard, under its lock: collect what is due, then take
+ * up to a batch of jobs (a one-shot task is released as it is taken, so a
+ * cancel from then on returns -ENOENT; before that, a cancel removes it
+ * and it never runs: one winner). The lock is dropped, and the callbacks
+ * run (workers = 0) or go to the workers' queue. No lock of ours is held
+ * while user code runs. A periodic task is re-armed, under its shard lock,
+ * after its callback returns.
+ *
+ * Stopping. tw_stop marks the timer stopped (schedules fail from then
+ * on), stops the driver, which finishes the callback it is running and
+ * hands back the rest of its batch, stops the workers likewise, hands back
+ * what is left in their queue, and finally drains every shard. Every task
+ * either ran, was cancelled, or was handed back: nothing is lost. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "timer.h"
 
-int tw__runtime_start(tw_timer *t, const struct tw_options *o)
+#define BATCH 64
+#define QUEUE_CAP 16384u /* jobs waiting for a worker (driver blocks beyond) */
+
+struct tw__runtime {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* the driver sleeps here */
+    pthread_cond_t done_cv; /* tw_wake callers wait here */
+    pthread_t driver;
+    int driver_started;
+    int stopping;           /* under mu */
+    uint64_t kicks;         /* under mu */
+    uint64_t wake_req, wake_done; /* under mu */
+    _Atomic uint64_t target; /* when the driver plans to wake (ns) */
+    _Atomic int halt;        /* stop dispatching: hand back instead */
+    int real_clock;          /* the timer's clock is CLOCK_MONOTONIC */
+
+    /* workers */
+    uint32_t nworkers, started;
+    pthread_t *workers;
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv, qspace;
+    struct tw__job *ring;
+    uint32_t head, count;
+    int wstop;
+
+    /* tw_stop */
+    tw_fn unfired;
+    _Atomic uint64_t handed;
+};
+
+static _Thread_local tw_timer *tls_timer; /* set on driver/worker threads */
+
+static uint64_t mono_ns(void)
 {
-    (void)t;
-    (void)o;
-    return -ENOTSUP;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- handing back ------------------------------------------------------ */
+
+/* A job that was taken but will not run. One-shot tasks were released
+ * when taken; a periodic one is released here (unless it was cancelled
+ * meanwhile: then its canceller had it and it is not handed back). */
+static void hand_back(tw_timer *t, struct tw__job *j)
+{
+    struct tw__runtime *rt = t->rt;
+    if (j->x) {
+        struct tw__shard *sh = &t->shards[j->shard];
+        struct tw__engine *e = &sh->eng;
+        pthread_mutex_lock(&sh->lock);
+        int live = j->x->state == TW__X_FIRING || j->x->state == TW__X_RESCHED;
+        tw__extra_put(e, j->x);
+        tw__pool_put(&e->pool, j->slot);
+        if (live) {
+            e->pending--;
+            e->drained++;
+            if (t->max_pending)
+                atomic_fetch_sub(&t->total_pending, 1);
+        }
+        pthread_mutex_unlock(&sh->lock);
+        if (!live)
+            return;
+    } else {
+        struct tw__shard *sh = &t->shards[j->shard];
+        pthread_mutex_lock(&sh->lock);
+        sh->eng.fired--; /* counted as fired when taken; it was not */
+        sh->eng.drained++;
+        pthread_mutex_unlock(&sh->lock);
+    }
+    atomic_fetch_add(&rt->handed, 1);
+    if (rt->unfired)
+        rt->unfired(t, j->id, j->arg);
+}
+
+/* Runs one job on this thread, then re-arms it if periodic. */
+static void run_job(tw_timer *t, struct tw__job *j)
+{
+    j->fn(t, j->id, j->arg);
+    if (j->x) {
+        struct tw__shard *sh = &t->shards[j->shard];
+        uint64_t now = tw__clock_now(t);
+        pthread_mutex_lock(&sh->lock);
+        uint64_t before = sh->eng.dq.n ? sh->eng.dq.h[0].exp : UINT64_MAX;
+        tw__finish_periodic(t, j->shard, j, now);
+        uint64_t head = sh->eng.dq.n ? sh->eng.dq.h[0].exp : UINT64_MAX;
+        if (head < before)
+            tw__runtime_kick(t, tw__shard_next_ns(&sh->eng));
+        pthread_mutex_unlock(&sh->lock);
+    }
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+static void queue_push(tw_timer *t, struct tw__job *j)
+{
+    struct tw__runtime *rt = t->rt;
+    pthread_mutex_lock(&rt->qmu);
+    while (rt->count == QUEUE_CAP && !rt->wstop)
+        pthread_cond_wait(&rt->qspace, &rt->qmu);
+    if (rt->wstop) { /* workers are gone: cannot run it */
+        pthread_mutex_unlock(&rt->qmu);
+        hand_back(t, j);
+        return;
+    }
+    rt->ring[(rt->head + rt->count++) % QUEUE_CAP] = *j;
+    pthread_cond_signal(&rt->qcv);
+    pthread_mutex_unlock(&rt->qmu);
+}
+
+static void *worker_main(void *p)
+{
+    tw_timer *t = p;
+    struct tw__runtime *rt = t->rt;
+    tls_timer = t;
+    pthread_mutex_lock(&rt->qmu);
+    for (;;) {
+        while (!rt->count && !rt->wstop)
+            pthread_cond_wait(&rt->qcv, &rt->qmu);
+        if (rt->wstop)
+            break; /* what is queued is handed back by tw_stop */
+        struct tw__job j = rt->ring[rt->head];
+        rt->head = (rt->head + 1) % QUEUE_CAP;
+        rt->count--;
+        pthread_cond_signal(&rt->qspace);
+        pthread_mutex_unlock(&rt->qmu);
+        run_job(t, &j);
+        pthread_mutex_lock(&rt->qmu);
+    }
+    pthread_mutex_unlock(&rt->qmu);
+    return NULL;
+}
+
+/* ---- the driver ------------------------------------------------------- */
+
+/* Fires what is due at `now` on one shard. */
+static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
+{
+    struct tw__runtime *rt = t->rt;
+    struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    struct tw__job batch[BATCH];
+    pthread_mutex_lock(&sh->lock);
+    if (now > e->now_ns)
+        e->now_ns = now;
+    uint64_t r, target = now == UINT64_MAX ? tw__ticks_ceil(e, now)
+                                           : tw__div_floor(&e->tick, now, &r);
+    if ((e->dq.n && e->dq.h[0].exp <= target) || e->expired.next != TW__EXPIRED_SENT) {
+        e->advances++;
+        tw__wheel_collect(e, target);
+    }
+    for (;;) {
+        int n = 0;
+        /* once halted, take nothing more: tw_stop's drain hands it back */
+        while (n < BATCH && !atomic_load_explicit(&rt->halt, memory_order_acquire) &&
+               tw__take_job(t, si, now, &batch[n]) == 0)
+            n++;
+        pthread_mutex_unlock(&sh->lock);
+        if (!n)
+            return;
+        for (int k = 0; k < n; k++) {
+            if (atomic_load_explicit(&rt->halt, memory_order_acquire))
+                hand_back(t, &batch[k]);
+            else if (rt->nworkers)
+                queue_push(t, &batch[k]);
+            else
+                run_job(t, &batch[k]);
+        }
+        pthread_mutex_lock(&sh->lock);
+    }
+}
+
+/* The earliest bucket of all shards, in ns (UINT64_MAX: none). */
+static uint64_t next_due(tw_timer *t)
+{
+    uint64_t best = UINT64_MAX;
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        struct tw__shard *sh = &t->shards[s];
+        pthread_mutex_lock(&sh->lock);
+        uint64_t v = tw__shard_next_ns(&sh->eng);
+        pthread_mutex_unlock(&sh->lock);
+        if (v < best)
+            best = v;
+    }
+    return best;
+}
+
+static void *driver_main(void *p)
+{
+    tw_timer *t = p;
+    struct tw__runtime *rt = t->rt;
+    tls_timer = t;
+    pthread_mutex_lock(&rt->mu);
+    while (!rt->stopping) {
+        uint64_t seen_kicks = rt->kicks, req = rt->wake_req;
+        pthread_mutex_unlock(&rt->mu);
+
+        uint64_t now = tw__clock_now(t);
+        for (uint32_t s = 0; s < t->nshards && !atomic_load(&rt->halt); s++)
+            dispatch_shard(t, s, now);
+
+        /* plan: publish the wake time, then look again (see the top) */
+        uint64_t next = next_due(t);
+        atomic_store(&rt->target, next);
+        uint64_t again = next_due(t);
+
+        pthread_mutex_lock(&rt->mu);
+        rt->wake_done = req;
+        pthread_cond_broadcast(&rt->done_cv);
+        if (rt->stopping || again < next || rt->kicks != seen_kicks || rt->wake_req != req)
+            continue;
+        uint64_t clock_now = tw__clock_now(t);
+        if (next <= clock_now)
+            continue; /* already due: go round again */
+        /* Sleep on CLOCK_MONOTONIC. With the timer's own clock, the
+         * distance to the deadline is what we can honour. */
+        uint64_t wait = next - clock_now;
+        uint64_t mono = rt->real_clock ? clock_now : mono_ns();
+        uint64_t until = mono + wait < mono ? UINT64_MAX : mono + wait;
+        if (until > (uint64_t)INT64_MAX)
+            until = (uint64_t)INT64_MAX;
+        struct timespec ts = { (time_t)(until / 1000000000u), (long)(until % 1000000000u) };
+        pthread_cond_timedwait(&rt->cv, &rt->mu, &ts);
+        atomic_store(&rt->target, 0); /* awake: the next pass replans */
+    }
+    rt->wake_done = rt->wake_req;
+    pthread_cond_broadcast(&rt->done_cv);
+    pthread_mutex_unlock(&rt->mu);
+    return NULL;
 }
 
 void tw__runtime_kick(tw_timer *t, uint64_t exp_ns)
 {
-    (void)t;
-    (void)exp_ns;
+    struct tw__runtime *rt = t->rt;
+    if (!rt || exp_ns >= atomic_load(&rt->target))
+        return;
+    pthread_mutex_lock(&rt->mu);
+    rt->kicks++;
+    pthread_cond_signal(&rt->cv);
+    pthread_mutex_unlock(&rt->mu);
 }
 
-int tw__runtime_on_callback_thread(tw_timer *t)
+/* ---- start / stop ------------------------------------------------------ */
+
+static void name_thread(pthread_t th, const char *name)
 {
-    (void)t;
-    return 0;
+#ifdef __linux__
+    pthread_setname_np(th, name); /* 15 characters at most */
+#else
+    (void)th;
+    (void)name;
+#endif
 }
 
-void tw__runtime_free(tw_timer *t)
+int tw__runtime_start(tw_timer *t, const struct tw_options *o)
 {
-    (void)t;
+    struct tw__runtime *rt = tw__alloc(&t->mem, sizeof(*rt));
+    if (!rt)
+        return -ENOMEM;
+    memset(rt, 0, sizeof(*rt));
+    rt->real_clock = o->clock == NULL;
+    rt->nworkers = o->workers;
+    atomic_init(&rt->target, 0);
+    atomic_init(&rt->halt, 0);
+    atomic_init(&rt->handed, 0);
+
+    for (uint32_t s = 0; s < t->nshards; s++) {
+        /* adaptive: spin briefly before sleeping on a contended shard */
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+        pthread_mutex_destroy(&t->shards[s].lock);
+        pthread_mutex_init(&t->shards[s].lock, &ma);
+        pthread_mutexattr_destroy(&ma);
+    }
+
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&rt->mu, NULL);
+    pthread_cond_init(&rt->cv, &ca);
+    pthread_cond_init(&rt->done_cv, NULL);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&rt->qmu, NULL);
+    pthread_cond_init(&rt->qcv, NULL);
+    pthread_cond_init(&rt->qspace, NULL);
+    t->rt = rt;
+
+    int rc = 0;
+    if (rt->nworkers) {
+        rt->workers = tw__alloc(&t->mem, rt->nworkers * sizeof(pthread_t));
+        rt->ring = tw__alloc(&t->mem, QUEUE_CAP * sizeof(struct tw__job));
+        if (!rt->workers || !rt->ring)
+            rc = -ENOMEM;
+        for (uint32_t k = 0; !rc && k < rt->nworkers; k++) {
+            if ((rc = -pthread_create(&rt->workers[k], NULL, worker_main, t)))
+                break;
+            char name[16];
+            snprintf(name, sizeof name, "tw-worker-%u", k % 1000u);
+            name_thread(rt->workers[k], name);
+            rt->started++;
+        }
+    }
+    if (!rc && !(rc = -pthread_create(&rt->driver, NULL, driver_main, t))) {
+        rt->driver_started = 1;
+        name_thread(rt->driver, "tw-driver");
+    }
+    if (rc) {
+        atomic_store(&t->stopped, 1);
+        tw__runtime_free(t);
+    }
+    return rc;
 }
 
 int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
 {
-    (void)unfired;
-    (void)arg;
-    return t ? -EINVAL : -EINVAL;
+    if (!t || !t->threaded || !t->rt)
+        return -EINVAL;
+    if (tls_timer == t)
+        return -EDEADLK; /* a callback cannot wait for itself */
+    struct tw__runtime *rt = t->rt;
+    if (atomic_exchange(&t->stopped, 1))
+        return -EALREADY;
+    rt->unfired = unfired;
+    void *saved = t->drain_arg;
+    t->drain_arg = arg;
+    atomic_store(&rt->halt, 1);
+
+    pthread_mutex_lock(&rt->mu);
+    rt->stopping = 1;
+    pthread_cond_signal(&rt->cv);
+    pthread_mutex_unlock(&rt->mu);
+    if (rt->driver_started)
+        pthread_join(rt->driver, NULL);
+    rt->driver_started = 0;
+
+    pthread_mutex_lock(&rt->qmu);
+    rt->wstop = 1;
+    pthread_cond_broadcast(&rt->qcv);
+    pthread_cond_broadcast(&rt->qspace);
+    pthread_mutex_unlock(&rt->qmu);
+    for (uint32_t k = 0; k < rt->started; k++)
+        pthread_join(rt->workers[k], NULL);
+    rt->started = 0;
+    while (rt->count) { /* queued, never run */
+        struct tw__job j = rt->ring[rt->head];
+        rt->head = (rt->head + 1) % QUEUE_CAP;
+        rt->count--;
+        hand_back(t, &j);
+    }
+
+    size_t n = 0;
+    for (uint32_t s = 0; s < t->nshards; s++)
+        n += tw__drain_shard(t, s, unfired);
+    uint64_t total = atomic_load(&rt->handed) + n;
+    t->drain_arg = saved;
+    return total > INT32_MAX ? INT32_MAX : (int)total;
+}
+
+int tw_wake(tw_timer *t)
+{
+    if (!t || !t->threaded || !t->rt)
+        return -EINVAL;
+    if (tls_timer == t)
+        return -EDEADLK;
+    struct tw__runtime *rt = t->rt;
+    pthread_mutex_lock(&rt->mu);
+    if (rt->stopping) {
+        pthread_mutex_unlock(&rt->mu);
+        return -ESHUTDOWN;
+    }
+    uint64_t req = ++rt->wake_req;
+    pthread_cond_signal(&rt->cv);
+    while (rt->wake_done < req && !rt->stopping)
+        pthread_cond_wait(&rt->done_cv, &rt->mu);
+    int rc = rt->wake_done >= req ? 0 : -ESHUTDOWN;
+    pthread_mutex_unlock(&rt->mu);
+    return rc;
+}
+
+void tw__runtime_free(tw_timer *t)
+{
+    struct tw__runtime *rt = t->rt;
+    if (!rt)
+        return;
+    if (!atomic_load(&t->stopped) || rt->driver_started || rt->started) {
+        /* still running (tw_destroy without tw_stop): stop, dropping what
+         * is pending */
+        atomic_store(&t->stopped, 0);
+        tw_stop(t, NULL, NULL);
+    }
+    pthread_mutex_destroy(&rt->mu);
+    pthread_cond_destroy(&rt->cv);
+    pthread_cond_destroy(&rt->done_cv);
+    pthread_mutex_destroy(&rt->qmu);
+    pthread_cond_destroy(&rt->qcv);
+    pthread_cond_destroy(&rt->qspace);
+    tw__free(&t->mem, rt->ring, rt->ring ? QUEUE_CAP * sizeof(struct tw__job) : 0);
+    tw__free(&t->mem, rt->workers, rt->workers ? rt->nworkers * sizeof(pthread_t) : 0);
+    tw__free(&t->mem, rt, sizeof(*rt));
+    t->rt = NULL;
 }

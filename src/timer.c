@@ -602,9 +602,11 @@ int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
     struct tw__shard *sh = &t->shards[si];
     struct tw__engine *e = &sh->eng;
     tw__shard_lock(t, sh);
-    int rc = -ENOENT;
+    /* Once stopped, tasks are being handed back: moving one back into the
+     * wheel now would hide it from tw_stop's drain. */
+    int rc = stopped(t) ? -ESHUTDOWN : -ENOENT;
     uint32_t i = tw__pool_lookup(&e->pool, tw__id_slot(t, id), (uint32_t)(id >> 32));
-    if (i == TW__NIL)
+    if (i == TW__NIL || rc == -ESHUTDOWN)
         goto out;
     struct tw__entry *en = tw__pool_entry(&e->pool, i);
     uint64_t deadline = sat_add(base_time(t, e), delay_ns);

@@ -105,7 +105,6 @@ uint64_t tw__shard_next_ns(struct tw__engine *e);
 /* Threaded runtime (runtime.c). */
 int tw__runtime_start(tw_timer *t, const struct tw_options *o);
 void tw__runtime_kick(tw_timer *t, uint64_t exp_ns);
-int tw__runtime_on_callback_thread(tw_timer *t);
 void tw__runtime_free(tw_timer *t);
 
 #endif

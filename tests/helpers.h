@@ -34,13 +34,13 @@ struct count_alloc {
     long allocs, frees, live;
     long fail_at;   /* 0 = never */
     long failed;
-    size_t bytes_live;
+    size_t fail_above; /* 0 = no limit; else larger requests fail */
 };
 
 static inline void *count_alloc_fn(void *ctx, size_t size)
 {
     struct count_alloc *a = ctx;
-    if (a->fail_at && --a->fail_at == 0) {
+    if ((a->fail_at && --a->fail_at == 0) || (a->fail_above && size > a->fail_above)) {
         a->failed++;
         return NULL;
     }

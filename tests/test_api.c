@@ -728,6 +728,7 @@ static void test_capacity_preallocates(void **state)
     tw_destroy(t);
     assert_int_equal(a.live, 0);
     /* a capacity that cannot be had fails creation cleanly */
+    a.fail_above = 64u << 20;
     o.capacity = 1ull << 40;
     assert_int_equal(tw_create(&t, &o), -ENOMEM);
     assert_int_equal(a.live, 0);

@@ -1,0 +1,205 @@
+/* test_stress.c: many threads against one threaded timer, tw_stop in the
+ * middle. Run under ThreadSanitizer in CI (suite "stress").
+ *
+ * Six threads schedule, reschedule and cancel at random while the driver
+ * fires and a pool of workers runs callbacks that themselves schedule and
+ * cancel; periodic tasks run too. Part-way through, the main thread calls
+ * tw_stop. Every task that was scheduled has exactly one outcome: it fired
+ * (one-shot), its cancel returned 0, or tw_stop handed it back; periodic
+ * tasks end cancelled or handed back, once. Bounded by operation counts,
+ * not by time, so a slow (sanitized) machine does the same work. */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+/* cmocka's asserts longjmp and must stay on the test's own thread; the
+ * producer, driver and worker threads check with this instead. */
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                       \
+        }                                                                  \
+    } while (0)
+
+#define THREADS 6
+#define OPS 6000
+#define MAX_TASKS (THREADS * OPS * 2 + 100000)
+
+struct task {
+    _Atomic tw_id id;
+    _Atomic int fired, cancelled, handed;
+    int periodic;
+};
+
+static struct task *tasks;
+static _Atomic int ntasks;
+static tw_timer *timer;
+static _Atomic int stopped;
+static _Atomic long fired_total;
+
+static struct task *new_task(void)
+{
+    int k = atomic_fetch_add(&ntasks, 1);
+    CHECK(k < MAX_TASKS);
+    return &tasks[k];
+}
+
+static uint64_t xs(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void fire_fn(tw_timer *t, tw_id id, void *arg);
+
+/* Schedules a task; if the timer is stopped, the slot is simply unused. */
+static void schedule_one(tw_timer *t, uint64_t *seed, int periodic)
+{
+    struct task *k = new_task();
+    k->periodic = periodic;
+    tw_id id = 0;
+    uint64_t delay = xs(seed) % (30 * MS);
+    int rc = periodic ? tw_schedule_every(t, delay, MS + xs(seed) % (5 * MS), TW_FIXED_RATE,
+                                          fire_fn, k, &id)
+                      : tw_schedule(t, delay, fire_fn, k, &id);
+    if (rc == 0)
+        atomic_store(&k->id, id);
+    else
+        CHECK(rc == -ESHUTDOWN);
+}
+
+static void try_cancel(tw_timer *t, struct task *k)
+{
+    tw_id id = atomic_load(&k->id);
+    if (id && tw_cancel(t, id) == 0)
+        atomic_fetch_add(&k->cancelled, 1);
+}
+
+static void fire_fn(tw_timer *t, tw_id id, void *arg)
+{
+    struct task *k = arg;
+    tw_id known = atomic_load(&k->id);
+    CHECK(known == 0 || known == id);
+    atomic_fetch_add(&k->fired, 1);
+    atomic_fetch_add(&fired_total, 1);
+    uint64_t seed = id * 0x9E3779B97F4A7C15ull | 1;
+    uint64_t r = xs(&seed) % 16;
+    if (r == 0)
+        schedule_one(t, &seed, 0); /* callbacks schedule too */
+    else if (r == 1 && atomic_load(&ntasks) > 0)
+        try_cancel(t, &tasks[xs(&seed) % (uint64_t)atomic_load(&ntasks)]);
+    else if (k->periodic && r == 2)
+        try_cancel(t, k); /* a periodic task stopping itself */
+}
+
+static void *producer(void *arg)
+{
+    uint64_t seed = (uint64_t)(uintptr_t)arg * 0x2545F4914F6CDD1Dull | 1;
+    for (int i = 0; i < OPS; i++) {
+        uint64_t r = xs(&seed) % 10;
+        int n = atomic_load(&ntasks);
+        if (r < 5 || n == 0) {
+            schedule_one(timer, &seed, r == 0 && (xs(&seed) % 8) == 0);
+        } else if (r < 8) {
+            try_cancel(timer, &tasks[xs(&seed) % (uint64_t)n]);
+        } else {
+            tw_id id = atomic_load(&tasks[xs(&seed) % (uint64_t)n].id);
+            int rc = id ? tw_reschedule(timer, id, xs(&seed) % (20 * MS)) : -ENOENT;
+            CHECK(rc == 0 || rc == -ENOENT || rc == -ESHUTDOWN);
+        }
+    }
+    return NULL;
+}
+
+static void unfired(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct task *k = arg;
+    atomic_fetch_add(&k->handed, 1);
+}
+
+static void run(uint32_t workers)
+{
+    tasks = calloc(MAX_TASKS, sizeof(*tasks));
+    assert_non_null(tasks);
+    atomic_store(&ntasks, 0);
+    atomic_store(&stopped, 0);
+    atomic_store(&fired_total, 0);
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.workers = workers;
+    o.shards = 4;
+    assert_int_equal(tw_create(&timer, &o), 0);
+    pthread_t th[THREADS];
+    for (int k = 0; k < THREADS; k++)
+        pthread_create(&th[k], NULL, producer, (void *)(uintptr_t)(k + 1));
+    /* stop in the middle: once tasks are firing, while the producers are
+     * (very likely) still going; bounded so a slow machine cannot hang */
+    for (int spin = 0; spin < 20000; spin++) {
+        if (atomic_load(&ntasks) >= THREADS * OPS / 4 && atomic_load(&fired_total) >= 20)
+            break;
+        usleep(500);
+    }
+    int handed_back = tw_stop(timer, unfired, NULL);
+    assert_true(handed_back >= 0);
+    for (int k = 0; k < THREADS; k++)
+        pthread_join(th[k], NULL);
+    assert_int_equal(tw_pending(timer), 0);
+    struct tw_stats s;
+    tw_stats(timer, &s);
+    assert_check(timer);
+    tw_destroy(timer);
+
+    long scheduled = 0, fired = 0, cancelled = 0, handed = 0;
+    for (int i = 0; i < atomic_load(&ntasks); i++) {
+        struct task *k = &tasks[i];
+        if (!atomic_load(&k->id))
+            continue; /* refused: the timer was stopped */
+        scheduled++;
+        int f = atomic_load(&k->fired), c = atomic_load(&k->cancelled), h = atomic_load(&k->handed);
+        if (k->periodic) {
+            /* fired any number of times; ended exactly once */
+            assert_int_equal(c + h, 1);
+        } else {
+            assert_int_equal(f + c + h, 1); /* exactly one outcome */
+            fired += f;
+        }
+        cancelled += c;
+        handed += h;
+    }
+    assert_int_equal(handed, handed_back);
+    assert_int_equal(scheduled, (long)s.scheduled);
+    assert_true(fired > 0 && cancelled > 0);
+    print_message("workers=%u: %ld scheduled, %ld fired (one-shot), %ld cancelled, %ld handed back\n",
+                  workers, scheduled, fired, cancelled, handed);
+    free(tasks);
+}
+
+static void test_stress_driver_callbacks(void **state)
+{
+    (void)state;
+    run(0);
+}
+
+static void test_stress_worker_pool(void **state)
+{
+    (void)state;
+    run(3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stress_driver_callbacks),
+        cmocka_unit_test(test_stress_worker_pool),
+    };
+    return cmocka_run_group_tests_name("stress", tests, NULL, NULL);
+}

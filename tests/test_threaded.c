@@ -1,0 +1,454 @@
+/* test_threaded.c: the threaded runtime. Most tests are deterministic: an
+ * injectable clock that only the test moves, and tw_wake() to make the
+ * driver look at it. A few real-time tests check the driver's own
+ * sleeping; they allow for a loaded 2-core machine (generous deadlines,
+ * and "never early" is the only strict check). */
+#include "helpers.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+struct atomic_clock {
+    _Atomic uint64_t now;
+};
+
+static uint64_t atomic_clock_read(void *ctx)
+{
+    return atomic_load(&((struct atomic_clock *)ctx)->now);
+}
+
+static uint64_t mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static tw_timer *mk_fake(struct atomic_clock *c, uint32_t workers)
+{
+    struct tw_options o;
+    tw_options_init(&o);
+    atomic_store(&c->now, 1000 * SEC);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = c;
+    o.threaded = 1;
+    o.workers = workers;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    return t;
+}
+
+/* A task that checks it never fires before its deadline on the fake clock. */
+struct ftask {
+    struct atomic_clock *clock;
+    uint64_t deadline;
+    _Atomic int fired;
+    _Atomic int early;
+};
+
+static void ftask_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct ftask *k = arg;
+    if (atomic_load(&k->clock->now) < k->deadline)
+        atomic_fetch_add(&k->early, 1);
+    atomic_fetch_add(&k->fired, 1);
+}
+
+static void test_fake_clock_wake(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    struct ftask k[3];
+    uint64_t base = atomic_load(&c.now);
+    for (int i = 0; i < 3; i++) {
+        k[i] = (struct ftask){ &c, base + (uint64_t)(i + 1) * 10 * MS, 0, 0 };
+        assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], NULL), 0);
+    }
+    assert_int_equal(tw_wake(t), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(atomic_load(&k[i].fired), 0);
+    atomic_store(&c.now, base + 15 * MS);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&k[0].fired), 1);
+    assert_int_equal(atomic_load(&k[1].fired), 0);
+    atomic_store(&c.now, base + 30 * MS);
+    assert_int_equal(tw_wake(t), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(atomic_load(&k[i].fired), 1);
+        assert_int_equal(atomic_load(&k[i].early), 0);
+    }
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 0), -EPERM);
+    tw_destroy(t);
+}
+
+static void test_cancel_before_fire(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    struct ftask k = { &c, atomic_load(&c.now) + 5 * MS, 0, 0 };
+    tw_id id;
+    assert_int_equal(tw_schedule_at(t, k.deadline, ftask_fn, &k, &id), 0);
+    assert_int_equal(tw_cancel(t, id), 0);
+    atomic_store(&c.now, k.deadline + SEC);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&k.fired), 0);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    /* and after it fired, cancel loses */
+    assert_int_equal(tw_schedule(t, 0, ftask_fn, &k, &id), 0);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&k.fired), 1);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    tw_destroy(t);
+}
+
+static _Atomic int periodic_runs;
+static _Atomic int periodic_cancel_rc = 1;
+static void periodic_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    if (atomic_fetch_add(&periodic_runs, 1) + 1 == 3)
+        atomic_store(&periodic_cancel_rc, tw_cancel(t, id));
+}
+
+static void test_periodic_threaded(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    /* workers = 0: the callback has run and the task is re-armed by the
+     * time tw_wake returns (the stress test covers periodic on workers) */
+    tw_timer *t = mk_fake(&c, 0);
+    atomic_store(&periodic_runs, 0);
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, periodic_fn, NULL, NULL), 0);
+    for (int k = 0; k < 6; k++) {
+        atomic_fetch_add(&c.now, 10 * MS);
+        assert_int_equal(tw_wake(t), 0);
+        assert_int_equal(atomic_load(&periodic_runs), k < 3 ? k + 1 : 3);
+    }
+    assert_int_equal(atomic_load(&periodic_cancel_rc), 0);
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
+static _Atomic int handed;
+/* tw_stop calls it on the caller's thread */
+static void unfired_fn(tw_timer *t, tw_id id, void *arg)
+{
+    assert_true(id != 0);
+    assert_ptr_equal(tw_drain_arg(t), &handed);
+    atomic_fetch_add(&handed, 1);
+    (*(int *)arg)++;
+}
+
+static void test_stop_hands_back(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    int marks[101] = { 0 };
+    for (int k = 0; k < 100; k++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(k + 1) * SEC, noop_fn, &marks[k], NULL), 0);
+    assert_int_equal(tw_schedule_every(t, SEC, SEC, TW_FIXED_DELAY, noop_fn, &marks[100], NULL), 0);
+    atomic_store(&handed, 0);
+    assert_int_equal(tw_stop(t, unfired_fn, &handed), 101);
+    assert_int_equal(atomic_load(&handed), 101);
+    for (int k = 0; k < 101; k++)
+        assert_int_equal(marks[k], 1); /* each exactly once, with its own arg */
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -ESHUTDOWN);
+    assert_int_equal(tw_schedule_every(t, SEC, SEC, TW_FIXED_RATE, noop_fn, NULL, NULL), -ESHUTDOWN);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, SEC, noop_fn, NULL, NULL), -ESHUTDOWN);
+    assert_int_equal(tw_stop(t, NULL, NULL), -EALREADY);
+    assert_int_equal(tw_reschedule(t, 1ull << 32 | 1, SEC), -ESHUTDOWN);
+    assert_int_equal(tw_wake(t), -ESHUTDOWN);
+    assert_int_equal(tw_pending(t), 0);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.drained, 101);
+    tw_destroy(t);
+    assert_int_equal(tw_stop(NULL, NULL, NULL), -EINVAL);
+}
+
+struct reentry {
+    tw_timer *t;
+    _Atomic int stop_rc, wake_rc, done;
+};
+
+/* runs on the driver or a worker: records, the test thread asserts */
+static void reentry_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    struct reentry *r = arg;
+    atomic_store(&r->stop_rc, tw_stop(t, NULL, NULL));
+    atomic_store(&r->wake_rc, tw_wake(t));
+    atomic_store(&r->done, 1);
+}
+
+static void test_stop_from_callback(void **state)
+{
+    (void)state;
+    for (uint32_t workers = 0; workers <= 1; workers++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        struct reentry r = { t, 0, 0, 0 };
+        assert_int_equal(tw_schedule(t, 0, reentry_fn, &r, NULL), 0);
+        assert_int_equal(tw_wake(t), 0);
+        for (int spin = 0; spin < 5000 && !atomic_load(&r.done); spin++)
+            usleep(1000);
+        assert_int_equal(atomic_load(&r.done), 1);
+        assert_int_equal(atomic_load(&r.stop_rc), -EDEADLK);
+        assert_int_equal(atomic_load(&r.wake_rc), -EDEADLK);
+        tw_destroy(t); /* a running timer: destroy stops it */
+    }
+}
+
+static void test_threaded_misc(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    atomic_init(&c.now, 5 * SEC);
+    struct tw_options o;
+    tw_options_init(&o);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &c;
+    o.threaded = 1;
+    o.max_pending = 2;
+    o.shards = 4;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    tw_id a, b;
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &a), 0);
+    assert_int_equal(tw_schedule_keyed(t, "key", 3, SEC, noop_fn, NULL, &b), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -EAGAIN);
+    assert_int_equal(tw_schedule_keyed(t, "key", 3, 2 * SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_pending(t), 2);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(tw_reschedule(t, a, 5 * SEC), 0);
+    assert_int_equal(tw_cancel_keyed(t, "key", 3), 0);
+    assert_int_equal(tw_drain(t, NULL, NULL), 1);
+    assert_int_equal(tw_cancel(t, a), -ENOENT);
+    assert_check(t);
+    tw_destroy(t);
+
+    /* options that need threaded mode */
+    tw_options_init(&o);
+    o.shards = 2;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    tw_options_init(&o);
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(tw_wake(t), -EINVAL); /* manual */
+    tw_destroy(t);
+}
+
+static int count_threads_named(const char *prefix)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[300], name[32] = { 0 };
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(name, sizeof name, f) && !strncmp(name, prefix, strlen(prefix)))
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_thread_names(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.workers = 3;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(count_threads_named("tw-driver"), 1);
+    assert_int_equal(count_threads_named("tw-worker-"), 3);
+    tw_destroy(t);
+    assert_int_equal(count_threads_named("tw-"), 0);
+}
+
+/* ---- real time (tolerant) -------------------------------------------- */
+
+struct rtask {
+    uint64_t deadline;
+    _Atomic uint64_t fired_at;
+    _Atomic int fired;
+};
+
+static void rtask_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct rtask *k = arg;
+    atomic_store(&k->fired_at, mono());
+    atomic_fetch_add(&k->fired, 1);
+}
+
+static int wait_all(struct rtask *k, int n, uint64_t limit_ns)
+{
+    uint64_t end = mono() + limit_ns;
+    for (;;) {
+        int done = 0;
+        for (int i = 0; i < n; i++)
+            done += atomic_load(&k[i].fired) > 0;
+        if (done == n || mono() > end)
+            return done;
+        usleep(2000);
+    }
+}
+
+/* Kafka's TimerTest: already-expired tasks fire promptly; 0..4, 10..99
+ * twice, 100..499 all fire, each once, none early. */
+static void test_kafka_timer_realtime(void **state)
+{
+    (void)state;
+    for (uint32_t workers = 0; workers <= 2; workers += 2) {
+        struct tw_options o;
+        tw_options_init(&o);
+        o.threaded = 1;
+        o.workers = workers;
+        tw_timer *t;
+        assert_int_equal(tw_create(&t, &o), 0);
+        static struct rtask k[700];
+        int n = 0;
+        uint64_t now = mono();
+        for (int d = -5; d < 0; d++) {
+            atomic_store(&k[n].fired, 0);
+            k[n].deadline = now - (uint64_t)(-d) * MS;
+            assert_int_equal(tw_schedule_at(t, k[n].deadline, rtask_fn, &k[n], NULL), 0);
+            n++;
+        }
+        int expired = n;
+        assert_int_equal(wait_all(k, expired, 5 * SEC), expired); /* promptly */
+        int delays[600], nd = 0;
+        for (int d = 0; d < 5; d++)
+            delays[nd++] = d;
+        for (int d = 10; d < 100; d++) {
+            delays[nd++] = d;
+            delays[nd++] = d;
+        }
+        for (int d = 100; d < 500; d++)
+            delays[nd++] = d;
+        for (int i = 0; i < nd; i++) {
+            atomic_store(&k[n].fired, 0);
+            atomic_store(&k[n].fired_at, 0);
+            k[n].deadline = mono() + (uint64_t)delays[i] * MS;
+            assert_int_equal(tw_schedule_at(t, k[n].deadline, rtask_fn, &k[n], NULL), 0);
+            n++;
+        }
+        assert_int_equal(wait_all(k, n, 20 * SEC), n);
+        usleep(20000);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(atomic_load(&k[i].fired), 1);
+            assert_true(atomic_load(&k[i].fired_at) >= k[i].deadline); /* never early */
+        }
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, (uint64_t)n);
+        assert_true(s.late_max_ns > 0);
+        tw_destroy(t);
+    }
+}
+
+/* Tasks at 10..300 ms all fire, none early; the driver wakes for them
+ * and not in between (it sleeps until the next occupied bucket). */
+static void test_realtime_no_idle_wakeups(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    /* 1000 timers over [1 min, 24 h]: nothing due for a minute */
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(tw_schedule(t, 60 * SEC + (uint64_t)i * 86 * SEC, noop_fn, NULL, NULL), 0);
+    usleep(50000);
+    struct tw_stats s0, s1;
+    tw_stats(t, &s0);
+    usleep(300000);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.advances, s0.advances); /* not one wake-up */
+    /* a schedule that creates an earlier bucket wakes it */
+    static struct rtask k[30];
+    for (int i = 0; i < 30; i++) {
+        k[i].deadline = mono() + (uint64_t)(10 + i * 10) * MS;
+        assert_int_equal(tw_schedule_at(t, k[i].deadline, rtask_fn, &k[i], NULL), 0);
+    }
+    assert_int_equal(wait_all(k, 30, 10 * SEC), 30);
+    for (int i = 0; i < 30; i++)
+        assert_true(atomic_load(&k[i].fired_at) >= k[i].deadline);
+    tw_destroy(t);
+}
+
+static void slow_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (void)arg;
+    usleep(300000);
+}
+
+/* With workers, a long callback holds one worker, not the clock. */
+static void test_long_callback_on_worker(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.workers = 2;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(tw_schedule(t, 0, slow_fn, NULL, NULL), 0);
+    static struct rtask k[10];
+    for (int i = 0; i < 10; i++) {
+        k[i].deadline = mono() + (uint64_t)(20 + 10 * i) * MS;
+        assert_int_equal(tw_schedule_at(t, k[i].deadline, rtask_fn, &k[i], NULL), 0);
+    }
+    /* all ten are due within 110 ms; the slow one takes 300 ms */
+    assert_int_equal(wait_all(k, 10, 10 * SEC), 10);
+    uint64_t worst = 0;
+    for (int i = 0; i < 10; i++)
+        if (atomic_load(&k[i].fired_at) - k[i].deadline > worst)
+            worst = atomic_load(&k[i].fired_at) - k[i].deadline;
+    /* tolerant, but well under the 300 ms the slow callback takes (not
+     * asserted under valgrind or TSan, which slow everything 10-50x) */
+    if (!getenv("TW_TEST_SLOW"))
+        assert_true(worst < 200 * MS);
+    tw_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fake_clock_wake),
+        cmocka_unit_test(test_cancel_before_fire),
+        cmocka_unit_test(test_periodic_threaded),
+        cmocka_unit_test(test_stop_hands_back),
+        cmocka_unit_test(test_stop_from_callback),
+        cmocka_unit_test(test_threaded_misc),
+        cmocka_unit_test(test_thread_names),
+        cmocka_unit_test(test_kafka_timer_realtime),
+        cmocka_unit_test(test_realtime_no_idle_wakeups),
+        cmocka_unit_test(test_long_callback_on_worker),
+    };
+    return cmocka_run_group_tests_name("threaded", tests, NULL, NULL);
+}
