@@ -82,8 +82,9 @@ struct tw_options {
     uint32_t workers;             /* threaded only: 0 = callbacks run on the
                                      driver thread; N = on N worker threads */
     uint32_t shards;              /* threaded only: independent engine
-                                     shards, each with its own lock;
-                                     0 = one per CPU (at most 64) */
+                                     shards, each with its own lock,
+                                     rounded up to a power of two;
+                                     0 = four per CPU (4 .. 64) */
     uint64_t capacity;            /* tasks to make room for at creation
                                      (0 = grow on demand). The pool doubles
                                      when full, copying itself once; a

@@ -40,13 +40,13 @@ struct tw__extra {
     unsigned char inline_key[TW__INLINE_KEY];
 };
 
-/* The marker callback of every entry that has an extra record. Never
- * called: dispatch, cancel and drain compare against its address. */
+/* The callback stored in every entry that has an extra record (flagged
+ * TW__E_EXTRA): never called; if it ever were, it says so and aborts. */
 void tw__extra_marker(tw_timer *t, tw_id id, void *arg);
 
 static inline int tw__is_extra(const struct tw__entry *en)
 {
-    return en->fn == tw__extra_marker;
+    return (int)(en->flags & TW__E_EXTRA);
 }
 
 uint64_t tw__key_hash(const void *key, size_t len);
