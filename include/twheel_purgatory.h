@@ -1,0 +1,156 @@
+/*
+ * twheel purgatory: Kafka's DelayedOperationPurgatory, in C, on a twheel
+ * timer.
+ *
+ * A broker parks requests that cannot be answered yet (a produce waiting
+ * for replicas, a fetch waiting for bytes) as delayed operations. Each
+ * waits under one or more keys until an event on a key lets it complete,
+ * or until its timeout fires. Most complete long before their timeout, so
+ * the timer sees a high rate of schedule + cancel, which is what twheel is
+ * cheap at.
+ *
+ * Semantics (Kafka's, minus its known bugs):
+ *   - try_complete(op) checks whether op can complete now; if so it calls
+ *     tw_op_force_complete(op) and returns true;
+ *   - tw_op_force_complete returns true for exactly one caller; that caller
+ *     runs on_complete(op) (once, ever) and the op's timeout is cancelled;
+ *   - when the timeout fires first, the timer forces completion itself and
+ *     then runs on_expire(op): on_expire always comes after on_complete;
+ *   - try_complete, force_complete and on_complete run under the op's own
+ *     (recursive) lock and never under a watch-list lock, so on_complete
+ *     and try_complete never run concurrently for one op (KAFKA-19312) and
+ *     a try_complete may take any lock of yours (KAFKA-3994, KAFKA-2253);
+ *     on_expire runs after that lock is released.
+ *
+ * Memory: an op is reference counted. The caller holds one reference from
+ * tw_op_create until tw_op_release; each watch list holding it and its
+ * pending timeout hold one each. The op is freed when the last goes, so
+ * your data may be freed in on_complete as long as the op is not used
+ * afterwards. Completed ops still listed under other keys are purged once
+ * their count exceeds purge_interval, which bounds the memory they hold
+ * (Kafka's out-of-memory reports came from there).
+ *
+ * Counts: tw_purgatory_watched (entries in watch lists, completed or not
+ * until purged) and tw_purgatory_delayed (ops whose timeout is pending)
+ * are exact and O(1) (Kafka's PurgatorySize is O(n) and counts completed
+ * ops).
+ *
+ * Threads: with a threaded timer (the default) every function may be
+ * called from any thread, callbacks included. With a manual timer the
+ * purgatory is single-threaded like the timer: advance it with
+ * tw_advance(tw_purgatory_timer(p), now); expirations run in tw_advance.
+ */
+#ifndef TWHEEL_PURGATORY_H
+#define TWHEEL_PURGATORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "twheel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tw_purgatory tw_purgatory;
+typedef struct tw_op tw_op;
+
+struct tw_op_ops {
+    bool (*try_complete)(tw_op *op); /* required */
+    void (*on_complete)(tw_op *op);  /* required */
+    void (*on_expire)(tw_op *op);    /* may be NULL */
+};
+
+/* A watch key: a byte string, copied by the purgatory. */
+struct tw_key {
+    const void *data;
+    size_t len;
+};
+
+struct tw_purgatory_options {
+    struct tw_options timer;  /* the purgatory's own timer (default: threaded,
+                                 1 ms tick); its allocator serves the
+                                 purgatory too */
+    uint32_t shards;          /* watch-list shards, a power of two; default
+                                 512 (Kafka's) */
+    uint64_t purge_interval;  /* purge completed ops from watch lists once
+                                 more than this many are still listed;
+                                 default 1000 (Kafka's) */
+};
+
+/* Fills the defaults (a threaded timer). */
+TW_API void tw_purgatory_options_init(struct tw_purgatory_options *o);
+
+/* Creates a purgatory and its timer. o may be NULL. Returns 0, -EINVAL
+ * (out NULL, shards not a power of two, bad timer options), -ENOMEM, or
+ * the timer's errors. */
+TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_options *o);
+
+/* Shuts down: stops the timer (threaded; waits for expirations already
+ * running) and hands every op still waiting (not completed, timeout not
+ * fired) to unfinished(op, arg), which may be NULL. Those ops are neither
+ * completed nor expired: their callbacks are not run. The op passed is
+ * valid during the call only (tw_op_retain to keep it). Then frees every
+ * list; ops the caller still holds stay valid until tw_op_release. Not
+ * from a callback of this purgatory. NULL is a no-op. */
+TW_API void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *arg),
+                                 void *arg);
+
+/* The purgatory's timer: for tw_advance (manual), tw_stats, tw_now. Owned
+ * by the purgatory: do not destroy it or schedule on it. */
+TW_API tw_timer *tw_purgatory_timer(tw_purgatory *p);
+
+/* Creates an operation that expires timeout_ns after it is watched. ops is
+ * not copied (keep it alive); ctx is yours (tw_op_ctx). *out holds one
+ * reference: tw_op_release it. Returns 0, -EINVAL (NULL p, ops, out, or a
+ * required callback), -ENOMEM. */
+TW_API int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
+                        uint64_t timeout_ns, tw_op **out);
+
+TW_API void tw_op_retain(tw_op *op);  /* one more reference */
+TW_API void tw_op_release(tw_op *op); /* frees the op with the last one */
+TW_API void *tw_op_ctx(const tw_op *op);
+TW_API bool tw_op_is_completed(const tw_op *op);
+
+/* Completes op: true for exactly one caller, who has run on_complete and
+ * cancelled the timeout by the time it returns. Any thread; also from
+ * try_complete (the op's lock is recursive). */
+TW_API bool tw_op_force_complete(tw_op *op);
+
+/* Tries to complete op; if it cannot, watches it under every key, tries
+ * once more (closing the race with an event between the two), and if it
+ * is still not complete schedules its timeout. Returns 1 if op completed
+ * here, 0 if it is now watched and delayed, -EINVAL (NULL p or op, a key
+ * with NULL data or length 0, an op already submitted or of another
+ * purgatory), -ENOMEM (op is then neither watched nor delayed),
+ * -ESHUTDOWN (timer stopped). */
+TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
+                                                const struct tw_key *keys, size_t nkeys);
+
+/* Tries every op watched under key (under each op's lock, no list lock
+ * held). Completed ops leave the key's list; a key left with no ops is
+ * removed. Returns how many ops this call completed, -EINVAL, or -ENOMEM
+ * (nothing was tried; call again). */
+TW_API int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t keylen);
+
+/* Stops watching key: every op in its list is removed from it, its timeout
+ * is cancelled (it will not expire) and it is handed to each(op, arg)
+ * (valid during the call), without being completed. Returns how many,
+ * 0 for an unknown key. */
+TW_API size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
+                                      void (*each)(tw_op *op, void *arg), void *arg);
+
+/* Entries in watch lists (a completed op counts until it is purged). */
+TW_API uint64_t tw_purgatory_watched(tw_purgatory *p);
+/* Ops whose timeout is pending. */
+TW_API uint64_t tw_purgatory_delayed(tw_purgatory *p);
+/* Removes completed ops from every watch list now; returns how many
+ * entries went. (It also runs by itself past purge_interval.) */
+TW_API size_t tw_purgatory_purge(tw_purgatory *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWHEEL_PURGATORY_H */

@@ -1,0 +1,348 @@
+/* purgatory.c: delayed operations on a twheel timer (see
+ * include/twheel_purgatory.h for the semantics).
+ *
+ * Exactly-once. tw_op_force_complete flips `completed` under the op's
+ * lock; only the caller that flips it runs on_complete, still under that
+ * lock, so no try_complete of the same op can run beside it (the lock is
+ * recursive so that try_complete itself may force completion).
+ *
+ * Timeouts. An op's timeout is a one-shot twheel task holding a reference.
+ * Whoever removes the task settles its reference and the `delayed` count
+ * exactly once: a canceller whose tw_cancel returns 0 (the callback will
+ * never run), or else the callback itself. Cancelling from inside the
+ * callback (force_complete of an expiring op) gets -ENOENT, as it must.
+ *
+ * Purging. Completing an op adds the lists still holding it to `stale`;
+ * dropping such an entry takes it off again. Past purge_interval, the
+ * thread that notices purges every list (one at a time). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem.h"
+#include "purgatory.h"
+
+void *tw__p_alloc(tw_purgatory *p, size_t size)
+{
+    return p->a.alloc(p->a.ctx, size);
+}
+
+void tw__p_free(tw_purgatory *p, void *ptr)
+{
+    if (ptr)
+        p->a.free(p->a.ctx, ptr);
+}
+
+void tw_purgatory_options_init(struct tw_purgatory_options *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    tw_options_init(&o->timer);
+    o->timer.threaded = 1;
+    o->shards = 512;
+    o->purge_interval = 1000;
+}
+
+int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_options *opt)
+{
+    struct tw_purgatory_options o;
+    if (opt)
+        o = *opt;
+    else
+        tw_purgatory_options_init(&o);
+    if (!out)
+        return -EINVAL;
+    if (!o.shards)
+        o.shards = 512;
+    if ((o.shards & (o.shards - 1)) || o.shards > (1u << 16))
+        return -EINVAL;
+    struct tw__mem mem;
+    int rc = tw__mem_init(&mem, &o.timer.allocator);
+    if (rc)
+        return rc;
+    tw_purgatory *p = mem.a.alloc(mem.a.ctx, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    memset(p, 0, sizeof(*p));
+    p->a = mem.a;
+    p->threaded = o.timer.threaded;
+    p->nshards = o.shards;
+    p->purge_interval = o.purge_interval;
+    if ((rc = tw__watchers_init(p))) {
+        tw__p_free(p, p);
+        return rc;
+    }
+    if ((rc = tw_create(&p->timer, &o.timer))) {
+        tw__watchers_destroy(p);
+        tw__p_free(p, p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+tw_timer *tw_purgatory_timer(tw_purgatory *p)
+{
+    return p ? p->timer : NULL;
+}
+
+uint64_t tw_purgatory_watched(tw_purgatory *p)
+{
+    return p ? atomic_load(&p->watched) : 0;
+}
+
+uint64_t tw_purgatory_delayed(tw_purgatory *p)
+{
+    return p ? atomic_load(&p->delayed) : 0;
+}
+
+/* ---- operations ------------------------------------------------------- */
+
+int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
+                 uint64_t timeout_ns, tw_op **out)
+{
+    if (!p || !ops || !out || !ops->try_complete || !ops->on_complete)
+        return -EINVAL;
+    tw_op *op = tw__p_alloc(p, sizeof(*op));
+    if (!op)
+        return -ENOMEM;
+    memset(op, 0, sizeof(*op));
+    op->p = p;
+    op->ops = ops;
+    op->ctx = ctx;
+    op->timeout_ns = timeout_ns;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&op->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    atomic_init(&op->refs, 1);
+    *out = op;
+    return 0;
+}
+
+void tw_op_retain(tw_op *op)
+{
+    atomic_fetch_add_explicit(&op->refs, 1, memory_order_relaxed);
+}
+
+void tw_op_release(tw_op *op)
+{
+    if (!op || atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_mutex_destroy(&op->lock);
+    tw__p_free(op->p, op);
+}
+
+void *tw_op_ctx(const tw_op *op)
+{
+    return op ? op->ctx : NULL;
+}
+
+bool tw_op_is_completed(const tw_op *op)
+{
+    return op && atomic_load_explicit(&op->completed, memory_order_acquire);
+}
+
+void tw__op_unlisted(tw_op *op)
+{
+    atomic_fetch_sub(&op->nlisted, 1);
+    atomic_fetch_sub(&op->p->watched, 1);
+    if (tw_op_is_completed(op))
+        atomic_fetch_sub(&op->p->stale, 1);
+}
+
+/* Cancels the op's pending timeout, settling its reference if the task
+ * will never run. */
+static void cancel_timeout(tw_op *op)
+{
+    tw_id id = atomic_exchange(&op->timer_id, 0);
+    if (id && tw_cancel(op->p->timer, id) == 0) {
+        atomic_fetch_sub(&op->p->delayed, 1);
+        tw_op_release(op);
+    }
+}
+
+bool tw_op_force_complete(tw_op *op)
+{
+    if (!op)
+        return false;
+    pthread_mutex_lock(&op->lock);
+    if (atomic_load(&op->completed)) {
+        pthread_mutex_unlock(&op->lock);
+        return false;
+    }
+    atomic_store_explicit(&op->completed, 1, memory_order_release);
+    /* nlisted is stable here: lists only grow under this lock */
+    atomic_fetch_add(&op->p->stale, (int64_t)atomic_load(&op->nlisted));
+    cancel_timeout(op);
+    op->ops->on_complete(op);
+    pthread_mutex_unlock(&op->lock);
+    return true;
+}
+
+/* Under the op's lock: never beside on_complete. */
+static bool safe_try_complete(tw_op *op)
+{
+    pthread_mutex_lock(&op->lock);
+    bool done = !atomic_load(&op->completed) && op->ops->try_complete(op);
+    pthread_mutex_unlock(&op->lock);
+    return done;
+}
+
+static void maybe_purge(tw_purgatory *p)
+{
+    if (atomic_load(&p->stale) <= (int64_t)p->purge_interval)
+        return;
+    if (atomic_exchange(&p->purging, 1))
+        return; /* someone else is at it */
+    tw__purge_all(p);
+    atomic_store(&p->purging, 0);
+}
+
+size_t tw_purgatory_purge(tw_purgatory *p)
+{
+    return p ? tw__purge_all(p) : 0;
+}
+
+static void expire_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    tw_op *op = arg;
+    tw_purgatory *p = op->p;
+    atomic_fetch_sub(&p->delayed, 1);
+    tw_id expect = id;
+    atomic_compare_exchange_strong(&op->timer_id, &expect, 0);
+    if (tw_op_force_complete(op) && op->ops->on_expire)
+        op->ops->on_expire(op); /* after on_complete, outside the op lock */
+    tw_op_release(op);
+    maybe_purge(p);
+}
+
+int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
+                                         const struct tw_key *keys, size_t nkeys)
+{
+    if (!p || !op || op->p != p || (nkeys && !keys))
+        return -EINVAL;
+    for (size_t k = 0; k < nkeys; k++)
+        if (!keys[k].data || !keys[k].len)
+            return -EINVAL;
+    if (atomic_exchange(&op->submitted, 1))
+        return -EINVAL;
+
+    pthread_mutex_lock(&op->lock);
+    if (atomic_load(&op->completed) || op->ops->try_complete(op)) {
+        pthread_mutex_unlock(&op->lock);
+        return 1;
+    }
+    size_t watched = 0;
+    for (; watched < nkeys && !atomic_load(&op->completed); watched++) {
+        if (tw__watch(p, op, &keys[watched])) {
+            while (watched-- > 0) /* nothing half-done */
+                tw__unwatch(p, op, &keys[watched]);
+            pthread_mutex_unlock(&op->lock);
+            atomic_store(&op->submitted, 0);
+            return -ENOMEM;
+        }
+    }
+    /* one more try: an event may have come between the first and the watch */
+    bool done = !atomic_load(&op->completed) && op->ops->try_complete(op);
+    pthread_mutex_unlock(&op->lock);
+    if (done)
+        return 1;
+    if (atomic_load(&op->completed))
+        return 0; /* completed by someone else meanwhile */
+
+    atomic_fetch_add(&p->delayed, 1);
+    tw_op_retain(op); /* the timeout's reference */
+    tw_id id;
+    int rc = tw_schedule(p->timer, op->timeout_ns, expire_fn, op, &id);
+    if (rc) {
+        atomic_fetch_sub(&p->delayed, 1);
+        tw_op_release(op);
+        pthread_mutex_lock(&op->lock);
+        for (size_t k = 0; k < watched; k++)
+            tw__unwatch(p, op, &keys[k]);
+        pthread_mutex_unlock(&op->lock);
+        atomic_store(&op->submitted, 0);
+        return rc;
+    }
+    atomic_store(&op->timer_id, id);
+    if (atomic_load(&op->completed))
+        cancel_timeout(op); /* completed while we scheduled */
+    return 0;
+}
+
+int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t keylen)
+{
+    if (!p || !key || !keylen)
+        return -EINVAL;
+    tw_op *buf[64], **ops;
+    long n = tw__snapshot(p, key, keylen, buf, 64, &ops);
+    if (n < 0)
+        return (int)n;
+    int completed = 0;
+    for (long i = 0; i < n; i++) {
+        if (!tw_op_is_completed(ops[i]) && safe_try_complete(ops[i]))
+            completed++;
+        tw_op_release(ops[i]);
+    }
+    if (ops != buf)
+        tw__p_free(p, ops);
+    if (n)
+        tw__compact_key(p, key, keylen);
+    maybe_purge(p);
+    return completed;
+}
+
+size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
+                               void (*each)(tw_op *op, void *arg), void *arg)
+{
+    if (!p || !key || !keylen)
+        return 0;
+    struct tw__watcher *w = tw__take_key(p, key, keylen);
+    if (!w)
+        return 0;
+    size_t n = w->n;
+    for (uint32_t i = 0; i < w->n; i++) {
+        tw_op *op = w->ops[i];
+        tw__op_unlisted(op);
+        cancel_timeout(op);
+        if (each)
+            each(op, arg);
+        tw_op_release(op);
+    }
+    tw__free_watcher(p, w);
+    return n;
+}
+
+/* ---- shutdown ---------------------------------------------------------- */
+
+/* A timeout that will never fire: its op is still waiting. */
+static void unfired_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    tw_op *op = arg;
+    tw_purgatory *p = tw_drain_arg(t);
+    atomic_fetch_sub(&p->delayed, 1);
+    atomic_store(&op->timer_id, 0);
+    if (!tw_op_is_completed(op) && p->unfinished)
+        p->unfinished(op, p->unfinished_arg);
+    tw_op_release(op);
+}
+
+void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *arg), void *arg)
+{
+    if (!p)
+        return;
+    p->unfinished = unfinished;
+    p->unfinished_arg = arg;
+    if (p->threaded)
+        tw_stop(p->timer, unfired_fn, p);
+    else
+        tw_drain(p->timer, unfired_fn, p);
+    tw__watchers_destroy(p);
+    tw_destroy(p->timer);
+    tw__p_free(p, p);
+}

@@ -1,0 +1,84 @@
+/* purgatory.h: what purgatory.c (operations, timeouts) and watchers.c
+ * (the sharded watch lists) share. Lock order: an op's lock may be held
+ * while a shard lock is taken (watching happens under the op lock), never
+ * the other way round; releasing a reference under a shard lock is fine
+ * (freeing an op takes no lock). */
+#ifndef TW_PURGATORY_INTERNAL_H
+#define TW_PURGATORY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "twheel_purgatory.h"
+
+struct tw_op {
+    tw_purgatory *p;
+    const struct tw_op_ops *ops;
+    void *ctx;
+    uint64_t timeout_ns;
+    pthread_mutex_t lock;    /* recursive: try_complete may force_complete */
+    _Atomic int completed;
+    _Atomic int submitted;
+    _Atomic long refs;
+    _Atomic tw_id timer_id;  /* pending timeout, 0 if none */
+    _Atomic uint32_t nlisted; /* watch lists holding it */
+};
+
+/* One key's watch list. */
+struct tw__watcher {
+    struct tw__watcher *next; /* hash chain */
+    uint64_t hash;
+    size_t keylen;
+    tw_op **ops;
+    uint32_t n, cap;
+    unsigned char key[];
+};
+
+struct tw__wshard {
+    pthread_mutex_t lock;
+    struct tw__watcher **table;
+    uint32_t cap, n;
+} __attribute__((aligned(64)));
+
+struct tw_purgatory {
+    tw_timer *timer;
+    struct tw_allocator a;
+    int threaded;
+    uint32_t nshards;
+    struct tw__wshard *shards;
+    void *shards_raw;
+    size_t shards_bytes;
+    uint64_t purge_interval;
+    _Atomic uint64_t watched, delayed;
+    _Atomic int64_t stale; /* completed ops still listed (estimate) */
+    _Atomic int purging;
+    void (*unfinished)(tw_op *op, void *arg); /* during destroy */
+    void *unfinished_arg;
+};
+
+void *tw__p_alloc(tw_purgatory *p, size_t size);
+void tw__p_free(tw_purgatory *p, void *ptr);
+
+int tw__watchers_init(tw_purgatory *p);
+void tw__watchers_destroy(tw_purgatory *p);
+/* Adds op to key's list (one reference). 0 or -ENOMEM (nothing added). */
+int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key);
+/* Removes one entry of op from key's list (undoing tw__watch). */
+void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key);
+/* Copies key's list with a reference per op into buf (cap entries) or,
+ * when longer, a new array (*out). Returns the count, or -ENOMEM. */
+long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, size_t cap,
+                  tw_op ***out);
+/* Drops completed ops from key's list; removes the key if left empty. */
+size_t tw__compact_key(tw_purgatory *p, const void *key, size_t len);
+/* Detaches key's list and returns it (the caller owns it), or NULL. */
+struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len);
+void tw__free_watcher(tw_purgatory *p, struct tw__watcher *w);
+/* Drops completed ops from every list. */
+size_t tw__purge_all(tw_purgatory *p);
+
+/* The op lost its place in a list: accounting for that. */
+void tw__op_unlisted(tw_op *op);
+
+#endif

@@ -1,0 +1,266 @@
+/* watchers.c: the purgatory's watch lists, sharded by key hash with one
+ * lock per shard (Kafka uses 512 shards). Each shard is a chained hash
+ * table of keys; each key holds an array of op references. Nothing here
+ * runs user code, so a shard lock is never held while try_complete or
+ * on_complete runs. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "extra.h"
+#include "purgatory.h"
+
+static struct tw__wshard *shard_of(tw_purgatory *p, uint64_t h)
+{
+    return &p->shards[(h >> 40) & (p->nshards - 1)];
+}
+
+static struct tw__watcher **slot_of(struct tw__wshard *s, uint64_t h, const void *key,
+                                    size_t len)
+{
+    if (!s->cap)
+        return NULL;
+    struct tw__watcher **w = &s->table[h & (s->cap - 1)];
+    while (*w && ((*w)->hash != h || (*w)->keylen != len || memcmp((*w)->key, key, len)))
+        w = &(*w)->next;
+    return w;
+}
+
+static void unlink_watcher(struct tw__wshard *s, struct tw__watcher *w)
+{
+    struct tw__watcher **pp = &s->table[w->hash & (s->cap - 1)];
+    while (*pp != w)
+        pp = &(*pp)->next;
+    *pp = w->next;
+    s->n--;
+}
+
+int tw__watchers_init(tw_purgatory *p)
+{
+    p->shards_bytes = (size_t)p->nshards * sizeof(struct tw__wshard) + 63;
+    p->shards_raw = tw__p_alloc(p, p->shards_bytes);
+    if (!p->shards_raw)
+        return -ENOMEM;
+    p->shards = (struct tw__wshard *)(((uintptr_t)p->shards_raw + 63) & ~(uintptr_t)63);
+    memset(p->shards, 0, (size_t)p->nshards * sizeof(struct tw__wshard));
+    for (uint32_t k = 0; k < p->nshards; k++)
+        pthread_mutex_init(&p->shards[k].lock, NULL);
+    return 0;
+}
+
+void tw__free_watcher(tw_purgatory *p, struct tw__watcher *w)
+{
+    tw__p_free(p, w->ops);
+    tw__p_free(p, w);
+}
+
+void tw__watchers_destroy(tw_purgatory *p)
+{
+    for (uint32_t k = 0; k < p->nshards; k++) {
+        struct tw__wshard *s = &p->shards[k];
+        for (uint32_t b = 0; b < s->cap; b++) {
+            struct tw__watcher *w = s->table[b];
+            while (w) {
+                struct tw__watcher *next = w->next;
+                for (uint32_t i = 0; i < w->n; i++) {
+                    tw__op_unlisted(w->ops[i]);
+                    tw_op_release(w->ops[i]);
+                }
+                tw__free_watcher(p, w);
+                w = next;
+            }
+        }
+        tw__p_free(p, s->table);
+        pthread_mutex_destroy(&s->lock);
+    }
+    tw__p_free(p, p->shards_raw);
+}
+
+/* Grows the shard's table at load 1. 0 or -ENOMEM (table unchanged). */
+static int table_reserve(tw_purgatory *p, struct tw__wshard *s)
+{
+    if (s->n < s->cap)
+        return 0;
+    uint32_t ncap = s->cap ? s->cap * 2 : 8;
+    struct tw__watcher **t = tw__p_alloc(p, (size_t)ncap * sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    memset(t, 0, (size_t)ncap * sizeof(*t));
+    for (uint32_t b = 0; b < s->cap; b++) {
+        for (struct tw__watcher *w = s->table[b], *next; w; w = next) {
+            next = w->next;
+            w->next = t[w->hash & (ncap - 1)];
+            t[w->hash & (ncap - 1)] = w;
+        }
+    }
+    tw__p_free(p, s->table);
+    s->table = t;
+    s->cap = ncap;
+    return 0;
+}
+
+int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
+{
+    uint64_t h = tw__key_hash(key->data, key->len);
+    struct tw__wshard *s = shard_of(p, h);
+    int rc = -ENOMEM;
+    pthread_mutex_lock(&s->lock);
+    struct tw__watcher **slot = slot_of(s, h, key->data, key->len);
+    struct tw__watcher *w = slot ? *slot : NULL;
+    if (!w) {
+        if (table_reserve(p, s))
+            goto out;
+        w = tw__p_alloc(p, sizeof(*w) + key->len);
+        if (!w)
+            goto out;
+        memset(w, 0, sizeof(*w));
+        w->hash = h;
+        w->keylen = key->len;
+        memcpy(w->key, key->data, key->len);
+        w->next = s->table[h & (s->cap - 1)];
+        s->table[h & (s->cap - 1)] = w;
+        s->n++;
+    }
+    if (w->n == w->cap) {
+        uint32_t ncap = w->cap ? w->cap * 2 : 4;
+        tw_op **ops = tw__p_alloc(p, (size_t)ncap * sizeof(*ops));
+        if (!ops) {
+            if (!w->n) { /* created just now: take it back */
+                unlink_watcher(s, w);
+                tw__free_watcher(p, w);
+            }
+            goto out;
+        }
+        if (w->n)
+            memcpy(ops, w->ops, w->n * sizeof(*ops));
+        tw__p_free(p, w->ops);
+        w->ops = ops;
+        w->cap = ncap;
+    }
+    tw_op_retain(op);
+    w->ops[w->n++] = op;
+    atomic_fetch_add(&op->nlisted, 1);
+    atomic_fetch_add(&p->watched, 1);
+    rc = 0;
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
+{
+    uint64_t h = tw__key_hash(key->data, key->len);
+    struct tw__wshard *s = shard_of(p, h);
+    pthread_mutex_lock(&s->lock);
+    struct tw__watcher **slot = slot_of(s, h, key->data, key->len);
+    struct tw__watcher *w = slot ? *slot : NULL;
+    for (uint32_t i = w ? w->n : 0; i-- > 0;) {
+        if (w->ops[i] == op) {
+            memmove(&w->ops[i], &w->ops[i + 1], (w->n - i - 1) * sizeof(*w->ops));
+            w->n--;
+            tw__op_unlisted(op);
+            tw_op_release(op);
+            break;
+        }
+    }
+    if (w && !w->n) {
+        unlink_watcher(s, w);
+        tw__free_watcher(p, w);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, size_t cap,
+                  tw_op ***out)
+{
+    uint64_t h = tw__key_hash(key, len);
+    struct tw__wshard *s = shard_of(p, h);
+    *out = buf;
+    pthread_mutex_lock(&s->lock);
+    struct tw__watcher **slot = slot_of(s, h, key, len);
+    struct tw__watcher *w = slot ? *slot : NULL;
+    long n = w ? (long)w->n : 0;
+    if ((size_t)n > cap && !(*out = tw__p_alloc(p, (size_t)n * sizeof(tw_op *)))) {
+        pthread_mutex_unlock(&s->lock);
+        return -ENOMEM;
+    }
+    for (long i = 0; i < n; i++) {
+        tw_op_retain(w->ops[i]);
+        (*out)[i] = w->ops[i];
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+/* Compacts one list; under its shard lock. */
+static size_t compact(struct tw__watcher *w)
+{
+    uint32_t keep = 0;
+    size_t gone = 0;
+    for (uint32_t i = 0; i < w->n; i++) {
+        tw_op *op = w->ops[i];
+        if (tw_op_is_completed(op)) {
+            tw__op_unlisted(op);
+            tw_op_release(op);
+            gone++;
+        } else {
+            w->ops[keep++] = op;
+        }
+    }
+    w->n = keep;
+    return gone;
+}
+
+size_t tw__compact_key(tw_purgatory *p, const void *key, size_t len)
+{
+    uint64_t h = tw__key_hash(key, len);
+    struct tw__wshard *s = shard_of(p, h);
+    pthread_mutex_lock(&s->lock);
+    struct tw__watcher **slot = slot_of(s, h, key, len);
+    struct tw__watcher *w = slot ? *slot : NULL;
+    size_t gone = w ? compact(w) : 0;
+    if (w && !w->n) {
+        unlink_watcher(s, w);
+        tw__free_watcher(p, w);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return gone;
+}
+
+struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len)
+{
+    uint64_t h = tw__key_hash(key, len);
+    struct tw__wshard *s = shard_of(p, h);
+    pthread_mutex_lock(&s->lock);
+    struct tw__watcher **slot = slot_of(s, h, key, len);
+    struct tw__watcher *w = slot ? *slot : NULL;
+    if (w)
+        unlink_watcher(s, w);
+    pthread_mutex_unlock(&s->lock);
+    return w;
+}
+
+size_t tw__purge_all(tw_purgatory *p)
+{
+    size_t gone = 0;
+    for (uint32_t k = 0; k < p->nshards; k++) {
+        struct tw__wshard *s = &p->shards[k];
+        pthread_mutex_lock(&s->lock);
+        for (uint32_t b = 0; b < s->cap; b++) {
+            struct tw__watcher **pp = &s->table[b];
+            while (*pp) {
+                struct tw__watcher *w = *pp;
+                gone += compact(w);
+                if (!w->n) {
+                    *pp = w->next;
+                    s->n--;
+                    tw__free_watcher(p, w);
+                } else {
+                    pp = &w->next;
+                }
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    return gone;
+}

@@ -1,0 +1,460 @@
+/* test_purgatory.c: Kafka's DelayedOperationTest restated for the twheel
+ * purgatory, with the manual clock wherever the test is about time, plus
+ * many threads completing ops and a concurrent watch/complete/expire run
+ * (TSan in CI). */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "twheel_purgatory.h"
+
+struct req {
+    _Atomic int completable;
+    _Atomic int attempts;
+    int attempts_needed; /* 0: use completable */
+    _Atomic int completed, expired;
+    _Atomic int in_complete; /* on_complete running */
+    _Atomic int overlap;     /* try_complete saw on_complete running */
+    _Atomic int expired_before_completed;
+    void *payload;           /* freed in on_complete */
+};
+
+static bool req_try(tw_op *op)
+{
+    struct req *r = tw_op_ctx(op);
+    if (atomic_load(&r->in_complete))
+        atomic_fetch_add(&r->overlap, 1);
+    int a = atomic_fetch_add(&r->attempts, 1) + 1;
+    bool ready = r->attempts_needed ? a >= r->attempts_needed : atomic_load(&r->completable);
+    return ready && tw_op_force_complete(op);
+}
+
+static void req_complete(tw_op *op)
+{
+    struct req *r = tw_op_ctx(op);
+    atomic_store(&r->in_complete, 1);
+    atomic_fetch_add(&r->completed, 1);
+    free(r->payload); /* the user's data may go here */
+    r->payload = NULL;
+    atomic_store(&r->in_complete, 0);
+}
+
+static void req_expire(tw_op *op)
+{
+    struct req *r = tw_op_ctx(op);
+    if (!atomic_load(&r->completed))
+        atomic_fetch_add(&r->expired_before_completed, 1);
+    atomic_fetch_add(&r->expired, 1);
+}
+
+static const struct tw_op_ops req_ops = { req_try, req_complete, req_expire };
+
+static struct fake_clock pclock;
+
+static tw_purgatory *mk_manual(uint64_t purge_interval)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.purge_interval = purge_interval;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    return p;
+}
+
+static tw_op *mk_op(tw_purgatory *p, struct req *r, uint64_t timeout)
+{
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &req_ops, r, timeout, &op), 0);
+    return op;
+}
+
+#define KEY(s) ((struct tw_key){ (s), sizeof(s) - 1 })
+
+static void test_request_satisfaction(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r = { 0 };
+    tw_op *op = mk_op(p, &r, 100000 * MS);
+    struct tw_key k = KEY("test1");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "test1", 5), 0);
+    atomic_store(&r.completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "test1", 5), 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "test1", 5), 0);
+    assert_int_equal(r.completed, 1);
+    assert_int_equal(r.expired, 0);
+    assert_true(tw_op_is_completed(op));
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    assert_false(tw_op_force_complete(op)); /* once only */
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+static void test_request_expiry(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    tw_timer *t = tw_purgatory_timer(p);
+    struct req r1 = { 0 }, r2 = { 0 };
+    tw_op *o1 = mk_op(p, &r1, 20 * MS), *o2 = mk_op(p, &r2, 200000 * MS);
+    struct tw_key k1 = KEY("test1"), k2 = KEY("test2");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o1, &k1, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o2, &k2, 1), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 2);
+    assert_int_equal(tw_advance(t, 19 * MS), 0);
+    assert_int_equal(r1.expired, 0); /* never before 20 ms */
+    assert_int_equal(tw_advance(t, 20 * MS), 1);
+    assert_int_equal(r1.completed, 1);
+    assert_int_equal(r1.expired, 1);
+    assert_int_equal(r1.expired_before_completed, 0); /* on_complete first */
+    assert_int_equal(r2.expired, 0);
+    assert_int_equal(tw_purgatory_delayed(p), 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "test1", 5), 0); /* purged */
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    tw_op_release(o1);
+    tw_op_release(o2);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+static void test_purge(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r[3] = { 0 };
+    tw_op *o[3];
+    struct tw_key keys[3] = { KEY("t1"), KEY("t2"), KEY("t3") };
+    for (int i = 0; i < 3; i++) {
+        o[i] = mk_op(p, &r[i], 100000 * MS);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[i], keys, (size_t)i + 1), 0);
+    }
+    assert_int_equal(tw_purgatory_delayed(p), 3);
+    assert_int_equal(tw_purgatory_watched(p), 6);
+    assert_true(tw_op_force_complete(o[1]));
+    assert_int_equal(tw_purgatory_delayed(p), 2);
+    assert_true(tw_op_force_complete(o[2]));
+    assert_int_equal(tw_purgatory_delayed(p), 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "t1", 2), 0);
+    assert_int_equal(tw_purgatory_watched(p), 4);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "t2", 2), 0);
+    assert_int_equal(tw_purgatory_watched(p), 2);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "t3", 2), 0);
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    for (int i = 0; i < 3; i++)
+        tw_op_release(o[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+static void collect_op(tw_op *op, void *arg)
+{
+    tw_op **seen = arg;
+    while (*seen)
+        seen++;
+    *seen = op;
+}
+
+static void test_cancel_key(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r1 = { 0 }, r2 = { 0 };
+    tw_op *o1 = mk_op(p, &r1, 10 * MS), *o2 = mk_op(p, &r2, 10 * MS);
+    struct tw_key ka[2] = { KEY("key"), KEY("other") };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o1, ka, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o2, ka, 2), 0);
+    assert_int_equal(tw_purgatory_watched(p), 3);
+    tw_op *seen[4] = { 0 };
+    assert_int_equal(tw_purgatory_cancel_key(p, "key", 3, collect_op, seen), 2);
+    assert_ptr_equal(seen[0], o1);
+    assert_ptr_equal(seen[1], o2);
+    assert_int_equal(tw_purgatory_watched(p), 1); /* o2 still under "other" */
+    assert_int_equal(tw_purgatory_delayed(p), 0); /* timeouts cancelled */
+    assert_int_equal(tw_purgatory_cancel_key(p, "nokey", 5, collect_op, seen), 0);
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), SEC), 0); /* nothing expires */
+    assert_false(tw_op_is_completed(o1));
+    assert_int_equal(r1.completed + r1.expired + r2.completed + r2.expired, 0);
+    tw_op_release(o1);
+    tw_op_release(o2);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+static void count_unfinished(tw_op *op, void *arg)
+{
+    assert_false(tw_op_is_completed(op));
+    (*(int *)arg)++;
+}
+
+static void test_destroy_hands_back(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r[3] = { 0 };
+    struct tw_key k = KEY("k");
+    for (int i = 0; i < 3; i++) {
+        tw_op *op = mk_op(p, &r[i], SEC);
+        r[i].payload = malloc(100);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+        tw_op_release(op); /* the purgatory keeps it alive */
+    }
+    atomic_store(&r[0].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "k", 1), 1);
+    int handed = 0;
+    tw_purgatory_destroy(p, count_unfinished, &handed);
+    assert_int_equal(handed, 2); /* waiting ones: not completed, not expired */
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(r[i].completed + r[i].expired, 0);
+        free(r[i].payload);
+    }
+}
+
+static void test_errors_and_alloc_failure(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r = { 0 };
+    tw_op *op;
+    struct tw_op_ops bad = { NULL, req_complete, NULL };
+    assert_int_equal(tw_op_create(p, &bad, &r, 1, &op), -EINVAL);
+    assert_int_equal(tw_op_create(NULL, &req_ops, &r, 1, &op), -EINVAL);
+    op = mk_op(p, &r, SEC);
+    struct tw_key nokey = { NULL, 3 }, k = KEY("k");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &nokey, 1), -EINVAL);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL); /* twice */
+    assert_int_equal(tw_purgatory_check_and_complete(p, NULL, 1), -EINVAL);
+    assert_int_equal(tw_purgatory_check_and_complete(NULL, "k", 1), -EINVAL);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+    tw_purgatory_destroy(NULL, NULL, NULL);
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.shards = 3;
+    assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
+
+    /* every allocation of a watch with three keys failing in turn */
+    for (long n = 1;; n++) {
+        struct count_alloc a = { 0 };
+        tw_purgatory_options_init(&o);
+        o.timer = manual_opts(&pclock, 0, MS, 64);
+        o.timer.allocator = (struct tw_allocator){ count_alloc_fn, count_free_fn, &a };
+        o.shards = 4;
+        assert_int_equal(tw_purgatory_create(&p, &o), 0);
+        struct req rr = { 0 };
+        op = mk_op(p, &rr, 10 * MS);
+        struct tw_key keys[3] = { KEY("a"), KEY("b"), KEY("c") };
+        a.fail_at = n;
+        int rc = tw_purgatory_try_complete_else_watch(p, op, keys, 3);
+        int failed = (int)a.failed;
+        a.fail_at = 0;
+        if (rc == -ENOMEM) { /* nothing half-done: retry works */
+            assert_int_equal(tw_purgatory_watched(p), 0);
+            assert_int_equal(tw_purgatory_delayed(p), 0);
+            rc = tw_purgatory_try_complete_else_watch(p, op, keys, 3);
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(tw_purgatory_watched(p), 3);
+        assert_int_equal(tw_advance(tw_purgatory_timer(p), 10 * MS), 1);
+        assert_int_equal(rr.expired, 1);
+        tw_op_release(op);
+        tw_purgatory_destroy(p, NULL, NULL);
+        assert_int_equal(a.live, 0);
+        if (!failed)
+            break;
+    }
+}
+
+/* Memory held by completed ops stays bounded by purge_interval. */
+static void test_completed_ops_are_purged(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(100);
+    uint64_t peak = 0;
+    for (int i = 0; i < 5000; i++) {
+        struct req *r = calloc(1, sizeof(*r));
+        r->payload = malloc(64); /* freed in on_complete */
+        tw_op *op = mk_op(p, r, 1000 * SEC);
+        char key[32];
+        int len = snprintf(key, sizeof key, "partition-%d", i % 50);
+        struct tw_key keys[2] = { { key, (size_t)len }, { "topic", 5 } };
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, 2), 0);
+        atomic_store(&r->completable, 1);
+        /* completes through its partition key; "topic" keeps it listed */
+        assert_int_equal(tw_purgatory_check_and_complete(p, key, (size_t)len), 1);
+        tw_op_release(op);
+        /* a completed op is never tried again: its context may go now,
+         * while the op itself still sits in the "topic" list */
+        free(r);
+        if (tw_purgatory_watched(p) > peak)
+            peak = tw_purgatory_watched(p);
+    }
+    assert_true(peak <= 100 + 50 + 2); /* purge_interval + in flight */
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    tw_purgatory_purge(p);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+/* ---- threads ----------------------------------------------------------- */
+
+#define NOPS 100
+static struct req treqs[NOPS];
+static tw_purgatory *tp;
+static _Atomic int all_done;
+
+static void *checker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&all_done)) {
+        for (int i = 0; i < NOPS; i++) {
+            char key[16];
+            int len = snprintf(key, sizeof key, "key-%d", i % 10);
+            tw_purgatory_check_and_complete(tp, key, (size_t)len);
+        }
+    }
+    return NULL;
+}
+
+/* 8 threads check 100 ops that become completable on their 20th attempt:
+ * each completes exactly once, and never beside its own try_complete. */
+static void test_many_threads_complete_once(void **state)
+{
+    (void)state;
+    assert_int_equal(tw_purgatory_create(&tp, NULL), 0); /* threaded */
+    tw_op *ops[NOPS];
+    for (int i = 0; i < NOPS; i++) {
+        memset(&treqs[i], 0, sizeof(treqs[i]));
+        treqs[i].attempts_needed = 20;
+        ops[i] = mk_op(tp, &treqs[i], 60 * SEC);
+        char key[16];
+        int len = snprintf(key, sizeof key, "key-%d", i % 10);
+        struct tw_key k = { key, (size_t)len };
+        assert_int_equal(tw_purgatory_try_complete_else_watch(tp, ops[i], &k, 1), 0);
+    }
+    atomic_store(&all_done, 0);
+    pthread_t th[8];
+    for (int k = 0; k < 8; k++)
+        pthread_create(&th[k], NULL, checker, NULL);
+    for (int spin = 0; spin < 20000; spin++) {
+        int done = 0;
+        for (int i = 0; i < NOPS; i++)
+            done += tw_op_is_completed(ops[i]);
+        if (done == NOPS)
+            break;
+        usleep(500);
+    }
+    atomic_store(&all_done, 1);
+    for (int k = 0; k < 8; k++)
+        pthread_join(th[k], NULL);
+    for (int i = 0; i < NOPS; i++) {
+        assert_true(tw_op_is_completed(ops[i]));
+        assert_int_equal(atomic_load(&treqs[i].completed), 1);
+        assert_int_equal(atomic_load(&treqs[i].expired), 0);
+        assert_int_equal(atomic_load(&treqs[i].overlap), 0);
+        tw_op_release(ops[i]);
+    }
+    assert_int_equal(tw_purgatory_delayed(tp), 0);
+    tw_purgatory_destroy(tp, NULL, NULL);
+}
+
+/* Concurrent watch / complete / expire: every op ends completed exactly
+ * once, by an event or by its timeout (then expired once, after). */
+#define SOPS 4000
+static struct req sreqs[SOPS];
+static _Atomic int sub_next;
+
+static void *submitter(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull | 1;
+    for (;;) {
+        int i = atomic_fetch_add(&sub_next, 1);
+        if (i >= SOPS)
+            break;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        tw_op *op;
+        if (tw_op_create(tp, &req_ops, &sreqs[i], (1 + x % 5) * MS, &op))
+            abort();
+        char k1[16], k2[16];
+        int l1 = snprintf(k1, sizeof k1, "p%d", (int)(x % 16)), l2 = snprintf(k2, sizeof k2, "t%d", (int)(x % 3));
+        struct tw_key keys[2] = { { k1, (size_t)l1 }, { k2, (size_t)l2 } };
+        if (tw_purgatory_try_complete_else_watch(tp, op, keys, 2) < 0)
+            abort();
+        tw_op_release(op);
+    }
+    return NULL;
+}
+
+static void *completer(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg | 1;
+    while (!atomic_load(&all_done)) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int i = (int)(x % SOPS);
+        if (i % 3) /* a third never completes: they expire */
+            atomic_store(&sreqs[i].completable, 1);
+        char k[16];
+        int l = snprintf(k, sizeof k, "p%d", (int)(x >> 20) % 16);
+        tw_purgatory_check_and_complete(tp, k, (size_t)l);
+    }
+    return NULL;
+}
+
+static void test_concurrent_watch_complete_expire(void **state)
+{
+    (void)state;
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.purge_interval = 64;
+    o.timer.workers = 2;
+    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+    memset(sreqs, 0, sizeof(sreqs));
+    atomic_store(&sub_next, 0);
+    atomic_store(&all_done, 0);
+    pthread_t s[3], c[3];
+    for (int k = 0; k < 3; k++) {
+        pthread_create(&s[k], NULL, submitter, (void *)(uintptr_t)(k + 1));
+        pthread_create(&c[k], NULL, completer, (void *)(uintptr_t)(k + 7));
+    }
+    for (int k = 0; k < 3; k++)
+        pthread_join(s[k], NULL);
+    /* every timeout is at most 5 ms: wait for them all to settle */
+    for (int spin = 0; spin < 20000 && tw_purgatory_delayed(tp); spin++)
+        usleep(500);
+    atomic_store(&all_done, 1);
+    for (int k = 0; k < 3; k++)
+        pthread_join(c[k], NULL);
+    assert_int_equal(tw_purgatory_delayed(tp), 0);
+    int expired = 0;
+    for (int i = 0; i < SOPS; i++) {
+        assert_int_equal(atomic_load(&sreqs[i].completed), 1);
+        assert_int_equal(atomic_load(&sreqs[i].overlap), 0);
+        assert_int_equal(atomic_load(&sreqs[i].expired_before_completed), 0);
+        assert_true(atomic_load(&sreqs[i].expired) <= 1);
+        expired += atomic_load(&sreqs[i].expired);
+    }
+    print_message("%d ops: %d completed by events, %d expired\n", SOPS, SOPS - expired, expired);
+    tw_purgatory_destroy(tp, NULL, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_satisfaction),
+        cmocka_unit_test(test_request_expiry),
+        cmocka_unit_test(test_purge),
+        cmocka_unit_test(test_cancel_key),
+        cmocka_unit_test(test_destroy_hands_back),
+        cmocka_unit_test(test_errors_and_alloc_failure),
+        cmocka_unit_test(test_completed_ops_are_purged),
+        cmocka_unit_test(test_many_threads_complete_once),
+        cmocka_unit_test(test_concurrent_watch_complete_expire),
+    };
+    return cmocka_run_group_tests_name("purgatory", tests, NULL, NULL);
+}
