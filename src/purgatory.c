@@ -280,6 +280,10 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
         return -EINVAL;
     tw_op *buf[64], **ops;
     long n = tw__snapshot(p, key, keylen, buf, 64, &ops);
+    if (n == -ECANCELED) { /* only completed ops listed: drop them */
+        tw__compact_key(p, key, keylen);
+        return 0;
+    }
     if (n < 0)
         return (int)n;
     int completed = 0;

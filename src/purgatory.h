@@ -66,8 +66,10 @@ void tw__watchers_destroy(tw_purgatory *p);
 int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key);
 /* Removes one entry of op from key's list (undoing tw__watch). */
 void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key);
-/* Copies key's list with a reference per op into buf (cap entries) or,
- * when longer, a new array (*out). Returns the count, or -ENOMEM. */
+/* Copies the ops of key's list that are not completed, with a reference
+ * each, into buf (cap entries) or, when longer, a new array (*out).
+ * Returns the count, -ECANCELED when the key exists but holds only
+ * completed ops (compact it), 0 for an unknown key, or -ENOMEM. */
 long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, size_t cap,
                   tw_op ***out);
 /* Drops completed ops from key's list; removes the key if left empty. */

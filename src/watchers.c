@@ -184,12 +184,15 @@ long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, siz
         pthread_mutex_unlock(&s->lock);
         return -ENOMEM;
     }
+    long m = 0; /* completed ops are only compacted away: not copied */
     for (long i = 0; i < n; i++) {
+        if (tw_op_is_completed(w->ops[i]))
+            continue;
         tw_op_retain(w->ops[i]);
-        (*out)[i] = w->ops[i];
+        (*out)[m++] = w->ops[i];
     }
     pthread_mutex_unlock(&s->lock);
-    return n;
+    return w ? (m ? m : -ECANCELED) : 0;
 }
 
 /* Compacts one list; under its shard lock. */
