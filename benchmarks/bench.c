@@ -344,7 +344,7 @@ static void run_w1(void)
     snprintf(path, sizeof path, "%s-w1.dat", cfg.out);
     plot = fopen(path, "w");
     if (plot) {
-        fprintf(plot, "# N");
+        fprintf(plot, "N"); /* a plain header: gnuplot's columnhead reads it */
         for (size_t b = 0; b < NBACKENDS; b++)
             if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
                 !all_backends[b]->realtime_only)
@@ -527,7 +527,7 @@ static void run_w2(void)
     snprintf(path, sizeof path, "%s-w2.dat", cfg.out);
     FILE *plot = fopen(path, "w");
     if (plot)
-        fprintf(plot, "# backend p50_ms p99_ms max_ms\n");
+        fprintf(plot, "backend p50_ms p99_ms max_ms\n");
     for (size_t b = 0; b < NBACKENDS; b++) {
         const struct backend_ops *ops = all_backends[b];
         if (!available(ops) || !selected(cfg.backends, ops->name))
@@ -803,7 +803,7 @@ static void make_plots(void)
             "unset logscale\nset logscale y\nset title 'W2 expire-all: firing lateness (ms)'\n"
             "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
             "set xlabel ''\nset ylabel 'lateness ms (log)'\nset key top left\n"
-            "plot '%s-w2.dat' using 2:xtic(1) title 'p50', '' using 3 title 'p99', '' using 4 title 'max'\n",
+            "plot '%s-w2.dat' using 2:xtic(1) title 'p50' noenhanced, '' using 3 title 'p99', '' using 4 title 'max'\n",
             cfg.out, cfg.out, cfg.out, cfg.out);
     fclose(g);
     char cmd[600];
