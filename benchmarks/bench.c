@@ -328,6 +328,28 @@ static void print_ratios(const char *workload, const char *metric, uint64_t n,
     }
 }
 
+/* Runs W1 (or W1r) on every selected manual back end: the median of the
+ * repetitions, into r. Returns how many back ends ran. */
+static int w1_all(const struct w1_input *in, int realistic, int read_clock, int reps,
+                  const char *label, struct result *r)
+{
+    int nr = 0;
+    for (size_t b = 0; b < NBACKENDS; b++) {
+        const struct backend_ops *ops = all_backends[b];
+        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
+            continue;
+        double v[9];
+        for (int k = 0; k < reps; k++) {
+            progress("%s %s rep %d...\r", label, ops->name, k + 1);
+            v[k] = w1_once(ops, in, realistic, read_clock);
+        }
+        r[nr].be = ops->name;
+        r[nr++].v = median(v, reps);
+    }
+    progress("%60s\r", "");
+    return nr;
+}
+
 static void run_w1(void)
 {
     static const size_t sweep_full[] = { 1000, 10000, 100000, 1000000, 10000000 };
@@ -355,28 +377,15 @@ static void run_w1(void)
         struct w1_input in;
         w1_make(&in, sweep[s], m, 0);
         struct result r[NBACKENDS];
-        int nr = 0;
-        if (plot)
-            fprintf(plot, "%zu", sweep[s]);
-        for (size_t b = 0; b < NBACKENDS; b++) {
-            const struct backend_ops *ops = all_backends[b];
-            if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
-                continue;
-            double v[9];
-            for (int k = 0; k < reps; k++) {
-                progress("W1 N=%zu %s rep %d...\r", sweep[s], ops->name, k + 1);
-                v[k] = w1_once(ops, &in, 0, 0);
-            }
-            r[nr].be = ops->name;
-            r[nr++].v = median(v, reps);
-            if (plot)
-                fprintf(plot, " %.2f", r[nr - 1].v);
-        }
-        if (plot)
-            fprintf(plot, "\n");
-        progress("%60s\r", "");
         char label[32];
         snprintf(label, sizeof label, "N=%zu", sweep[s]);
+        int nr = w1_all(&in, 0, 0, reps, label, r);
+        if (plot) {
+            fprintf(plot, "%zu", sweep[s]);
+            for (int k = 0; k < nr; k++)
+                fprintf(plot, " %.2f", r[k].v);
+            fprintf(plot, "\n");
+        }
         print_ratios(label, "ns_per_pair", sweep[s], r, nr, "ns/pair", 1);
         w1_free(&in);
     }
@@ -388,20 +397,7 @@ static void run_w1(void)
     struct w1_input in;
     w1_make(&in, n_clock, m, 0);
     struct result r[NBACKENDS];
-    int nr = 0;
-    for (size_t b = 0; b < NBACKENDS; b++) {
-        const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
-            continue;
-        double v[9];
-        for (int k = 0; k < reps; k++) {
-            progress("W1+clock %s rep %d...\r", ops->name, k + 1);
-            v[k] = w1_once(ops, &in, 0, 1);
-        }
-        r[nr].be = ops->name;
-        r[nr++].v = median(v, reps);
-    }
-    progress("%60s\r", "");
+    int nr = w1_all(&in, 0, 1, reps, "W1+clock", r);
     printf("\nW1 with one clock_gettime(CLOCK_MONOTONIC) per add, N = %zu:\n", n_clock);
     print_ratios("W1+clock", "ns_per_pair_clock", n_clock, r, nr, "ns/pair", 1);
     /* and what the threaded API pays: it reads the clock itself */
@@ -419,20 +415,7 @@ static void run_w1(void)
     /* W1r */
     size_t n_r = cfg.quick ? 10000 : 1000000;
     w1_make(&in, n_r, m, 1);
-    nr = 0;
-    for (size_t b = 0; b < NBACKENDS; b++) {
-        const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
-            continue;
-        double v[9];
-        for (int k = 0; k < reps; k++) {
-            progress("W1r %s rep %d...\r", ops->name, k + 1);
-            v[k] = w1_once(ops, &in, 1, 0);
-        }
-        r[nr].be = ops->name;
-        r[nr++].v = median(v, reps);
-    }
-    progress("%60s\r", "");
+    nr = w1_all(&in, 1, 0, reps, "W1r", r);
     printf("\nW1r realistic churn (cancel the timer added k ops ago, k in [1, 1000]), N = %zu:\n", n_r);
     print_ratios("W1r", "ns_per_pair", n_r, r, nr, "ns/pair", 1);
     w1_free(&in);

@@ -368,28 +368,12 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     en->fn = fn;
     en->arg = arg;
 
-    uint32_t shift = e->bits * k;
-    uint32_t slot = (uint32_t)(dt >> shift) & e->mask;
-    uint32_t bn = (k << e->bits) | slot;
-    struct tw__bucket *b = &e->level[k][slot];
-    uint32_t j = i & (TW__SUBS - 1), self = tw__sent(bn, j);
-    struct tw__link *h = &b->sub[j];
-    uint32_t tail = h->prev;
-    en->link.next = self;
-    en->link.prev = tail;
-    h->prev = i;
+    uint32_t bn = tw__wheel_append(e, i, en, dt, k);
     e->pending++;
     e->scheduled++;
     if (id)
         *id = ((uint64_t)gen << 32) | i; /* one shard: no shard bits */
-    if (__builtin_expect(tail != self, 1)) {
-        p->entries[tail].link.next = i;
-        return 0;
-    }
-    h->next = i;
-    uint32_t was = b->mask;
-    b->mask = was | (1u << j);
-    return was ? 0 : queue_new_bucket(e, bn, (dt >> shift) << shift);
+    return bn == TW__NIL ? 0 : queue_new_bucket(e, bn, tw__wheel_bucket_exp(e, dt, k));
 }
 
 int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn, void *arg,

@@ -172,18 +172,17 @@ TW__HOT void tw__list_unlink(struct tw__engine *e, struct tw__entry *en)
         tw__wheel_sub_emptied(e, n);
 }
 
-/* Places entry i at level k, due at tick dt (> cur when k > 0; <= cur
- * means due now: the current tick's bucket). The level must exist. */
-TW__HOT void tw__wheel_place_at(struct tw__engine *e, uint32_t i,
-                                struct tw__entry *en, uint64_t dt, uint32_t k)
+/* Appends entry i to its bucket at level k, due at tick dt (> cur when
+ * k > 0; <= cur means due now: the current tick's bucket). The level must
+ * exist. Returns the bucket number if the bucket was empty until now (the
+ * caller queues it, with tw__wheel_bucket_exp), else TW__NIL. */
+TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
+                                  struct tw__entry *en, uint64_t dt, uint32_t k)
 {
-    if (dt < e->cur)
-        dt = e->cur;
-    uint32_t shift = e->bits * k;
-    uint32_t slot = (uint32_t)(dt >> shift) & e->mask;
+    uint32_t slot = (uint32_t)(dt >> (e->bits * k)) & e->mask;
     uint32_t bn = (k << e->bits) | slot;
     struct tw__bucket *b = &e->level[k][slot];
-    /* append: the tail is an entry unless the list is empty */
+    /* the tail is an entry unless the list is empty */
     uint32_t j = i & (TW__SUBS - 1), self = tw__sent(bn, j);
     struct tw__link *h = &b->sub[j];
     uint32_t tail = h->prev;
@@ -192,13 +191,30 @@ TW__HOT void tw__wheel_place_at(struct tw__engine *e, uint32_t i,
     h->prev = i;
     if (__builtin_expect(tail != self, 1)) {
         tw__pool_entry(&e->pool, tail)->link.next = i;
-        return;
+        return TW__NIL;
     }
     h->next = i;
     uint32_t was = b->mask;
     b->mask = was | (1u << j);
-    if (!was)
-        tw__wheel_queue_bucket(e, bn, (dt >> shift) << shift);
+    return was ? TW__NIL : bn;
+}
+
+/* A bucket's expiration: dt rounded down to its level's width. */
+static inline uint64_t tw__wheel_bucket_exp(const struct tw__engine *e, uint64_t dt, uint32_t k)
+{
+    uint32_t shift = e->bits * k;
+    return (dt >> shift) << shift;
+}
+
+/* Places entry i at level k, due at tick dt (clamped to now if past). */
+TW__HOT void tw__wheel_place_at(struct tw__engine *e, uint32_t i,
+                                struct tw__entry *en, uint64_t dt, uint32_t k)
+{
+    if (dt < e->cur)
+        dt = e->cur;
+    uint32_t bn = tw__wheel_append(e, i, en, dt, k);
+    if (bn != TW__NIL)
+        tw__wheel_queue_bucket(e, bn, tw__wheel_bucket_exp(e, dt, k));
 }
 
 /* Places entry i, due at tick dt (or now, if dt is already due). */
