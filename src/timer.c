@@ -368,12 +368,14 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     en->fn = fn;
     en->arg = arg;
 
-    uint32_t bn = tw__wheel_append(e, i, en, dt, k);
     e->pending++;
     e->scheduled++;
     if (id)
         *id = ((uint64_t)gen << 32) | i; /* one shard: no shard bits */
-    return bn == TW__NIL ? 0 : queue_new_bucket(e, bn, tw__wheel_bucket_exp(e, dt, k));
+    uint32_t bn = tw__wheel_append(e, i, en, dt, k);
+    if (__builtin_expect(bn == TW__NIL, 1))
+        return 0;
+    return queue_new_bucket(e, bn, tw__wheel_bucket_exp(e, dt, k));
 }
 
 int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn, void *arg,
