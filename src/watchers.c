@@ -192,7 +192,13 @@ long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, siz
         (*out)[m++] = w->ops[i];
     }
     pthread_mutex_unlock(&s->lock);
-    return w ? (m ? m : -ECANCELED) : 0;
+    if (w && !m) { /* only completed ops: nothing to try */
+        if (*out != buf)
+            tw__p_free(p, *out);
+        *out = buf;
+        return -ECANCELED;
+    }
+    return m;
 }
 
 /* Compacts one list; under its shard lock. */

@@ -298,6 +298,39 @@ static void test_completed_ops_are_purged(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A long list (more than the snapshot's stack room) whose ops are all
+ * completed: the key is compacted away and nothing leaks. */
+static void test_long_list_all_completed(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(100000);
+    static struct req r[200];
+    struct tw_key k = KEY("hot");
+    for (int i = 0; i < 200; i++) {
+        memset(&r[i], 0, sizeof(r[i]));
+        tw_op *op = mk_op(p, &r[i], SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+        assert_true(tw_op_force_complete(op));
+        tw_op_release(op);
+    }
+    assert_int_equal(tw_purgatory_watched(p), 200);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "hot", 3), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    /* and a long list with live ops goes through the allocated snapshot */
+    for (int i = 0; i < 200; i++) {
+        memset(&r[i], 0, sizeof(r[i]));
+        atomic_store(&r[i].completable, i % 2);
+        tw_op *op = mk_op(p, &r[i], SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), i % 2);
+        tw_op_release(op);
+    }
+    for (int i = 0; i < 200; i += 2)
+        atomic_store(&r[i].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "hot", 3), 100);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* ---- threads ----------------------------------------------------------- */
 
 #define NOPS 100
@@ -453,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_destroy_hands_back),
         cmocka_unit_test(test_errors_and_alloc_failure),
         cmocka_unit_test(test_completed_ops_are_purged),
+        cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_many_threads_complete_once),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
     };
