@@ -209,8 +209,9 @@ TW_API int tw_advance(tw_timer *t, uint64_t now_ns);
  * tw_advance right away). Returns 0, or -ENOENT if nothing is pending. */
 TW_API int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns);
 
-/* The timer's current time in ns (manual: the last tw_advance, or the
- * clock at creation; threaded: the driver's last clock reading). */
+/* The timer's current time in ns: what relative delays count from.
+ * Manual: the last tw_advance (or the clock at creation). Threaded: the
+ * clock, read now. */
 TW_API uint64_t tw_now(tw_timer *t);
 
 /* Number of pending tasks (as tw_stats.pending). */
