@@ -83,12 +83,56 @@ static inline uint64_t tw__clock_now(const tw_timer *t)
     return t->clock(t->clock_ctx);
 }
 
+static inline void tw__pending_dec(tw_timer *t, struct tw__engine *e)
+{
+    e->pending--;
+    if (t->max_pending && t->threaded)
+        atomic_fetch_sub(&t->total_pending, 1);
+}
+
 /* Pops the head of the shard's expired list into *j. One-shot tasks are
  * released here (a cancel from now on returns -ENOENT); a periodic task is
  * marked firing. Returns 0, or -ENOENT when the list is empty. Call with
- * the shard lock held. */
-int tw__take_job(tw_timer *t, uint32_t shard, uint64_t now,
-                 struct tw__job *j);
+ * the shard lock held. Inline: it runs once per fired task. */
+static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
+                               struct tw__job *j)
+{
+    struct tw__engine *e = &t->shards[si].eng;
+    uint32_t i = e->expired.next;
+    if (i == TW__EXPIRED_SENT)
+        return -ENOENT;
+    struct tw__entry *en = tw__pool_entry(&e->pool, i);
+    tw__list_unlink(e, en);
+    tw__late_record(e, now > en->deadline ? now - en->deadline : 0);
+    e->fired++;
+    j->slot = i;
+    j->shard = si;
+    j->id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));
+    j->x = NULL;
+    if (!tw__is_extra(en)) {
+        j->fn = en->fn;
+        j->arg = en->arg;
+        tw__pool_put(&e->pool, i);
+        tw__pending_dec(t, e);
+        return 0;
+    }
+    struct tw__extra *x = en->arg;
+    j->fn = x->fn;
+    j->arg = x->arg;
+    if (!x->period) { /* keyed one-shot: its key is free from now on */
+        if (x->key)
+            tw__keymap_remove(e, x);
+        tw__extra_put(e, x);
+        tw__pool_put(&e->pool, i);
+        tw__pending_dec(t, e);
+        return 0;
+    }
+    x->state = TW__X_FIRING;
+    en->link.next = en->link.prev = TW__NIL; /* in no list while it runs */
+    j->x = x;
+    return 0;
+}
+
 
 /* After a periodic job's callback: re-arm it, or release it if it was
  * cancelled or drained meanwhile. Call with the shard lock held. */
