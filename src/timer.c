@@ -246,7 +246,9 @@ void tw_destroy(tw_timer *t)
 
 /* ---- scheduling ------------------------------------------------------- */
 
-static inline uint64_t queue_head_ns(struct tw__engine *e)
+/* The earliest bucket's expiration in ticks (UINT64_MAX: none); only ever
+ * compared with itself, to see whether a change made an earlier bucket. */
+static inline uint64_t queue_head_tick(struct tw__engine *e)
 {
     return e->dq.n ? e->dq.h[0].exp : UINT64_MAX;
 }
@@ -274,7 +276,7 @@ static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
 static inline void kick_if_earlier(tw_timer *t, struct tw__engine *e,
                                    uint64_t head_before)
 {
-    uint64_t head = queue_head_ns(e);
+    uint64_t head = queue_head_tick(e);
     if (head < head_before)
         tw__runtime_kick(t, tw__shard_next_ns(e));
 }
@@ -292,7 +294,7 @@ static int add_plain(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
         unadmit(t);
         return rc;
     }
-    uint64_t before = t->threaded ? queue_head_ns(e) : 0;
+    uint64_t before = t->threaded ? queue_head_tick(e) : 0;
     tw_id id = commit(t, si, e, deadline, dt, fn, arg, NULL);
     if (t->threaded)
         kick_if_earlier(t, e, before);
@@ -414,7 +416,7 @@ int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns, uint64_t period_ns,
     x->arg = arg;
     x->period = period_ns;
     x->flags = (uint8_t)flags;
-    uint64_t before = queue_head_ns(e);
+    uint64_t before = queue_head_tick(e);
     tw_id id = commit(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot);
     if (t->threaded)
         kick_if_earlier(t, e, before);
@@ -467,7 +469,7 @@ int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
     }
     x->fn = fn;
     x->arg = arg;
-    uint64_t before = queue_head_ns(e);
+    uint64_t before = queue_head_tick(e);
     tw_id id = commit(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot);
     if (t->threaded)
         kick_if_earlier(t, e, before);
@@ -614,7 +616,7 @@ int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
     }
     if ((rc = tw__wheel_reserve_level(e, dt)))
         goto out;
-    uint64_t before = queue_head_ns(e);
+    uint64_t before = queue_head_tick(e);
     tw__list_unlink(e, en);
     en->deadline = deadline;
     tw__wheel_place(e, i, en, dt);
