@@ -60,6 +60,12 @@ static inline void count_free_fn(void *ctx, void *p)
     free(p);
 }
 
+/* The counting allocator as a timer's allocator. */
+static inline struct tw_allocator counting(struct count_alloc *a)
+{
+    return (struct tw_allocator){ count_alloc_fn, count_free_fn, a };
+}
+
 /* Options for a manual timer on a fake clock starting at `start`. */
 static inline struct tw_options manual_opts(struct fake_clock *c, uint64_t start,
                                             uint64_t tick, uint32_t wheel)

@@ -64,9 +64,7 @@ static long run(long fail_at, long *allocs)
     struct count_alloc a = { 0 };
     struct fake_clock c;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
-    o.allocator.alloc = count_alloc_fn;
-    o.allocator.free = count_free_fn;
-    o.allocator.ctx = &a;
+    o.allocator = counting(&a);
     static struct script s;
     memset(&s, 0, sizeof s);
     assert_int_equal(tw_create(&s.t, &o), 0);
@@ -114,9 +112,7 @@ static void test_create_fails_cleanly(void **state)
         a.fail_at = n;
         struct tw_options o;
         tw_options_init(&o);
-        o.allocator.alloc = count_alloc_fn;
-        o.allocator.free = count_free_fn;
-        o.allocator.ctx = &a;
+        o.allocator = counting(&a);
         tw_timer *t = NULL;
         int rc = tw_create(&t, &o);
         if (rc == 0) {

@@ -712,9 +712,7 @@ static void test_capacity_preallocates(void **state)
     struct count_alloc a = { 0 };
     struct fake_clock c;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
-    o.allocator.alloc = count_alloc_fn;
-    o.allocator.free = count_free_fn;
-    o.allocator.ctx = &a;
+    o.allocator = counting(&a);
     o.capacity = 5000;
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);

@@ -240,7 +240,7 @@ static void test_errors_and_alloc_failure(void **state)
         struct count_alloc a = { 0 };
         tw_purgatory_options_init(&o);
         o.timer = manual_opts(&pclock, 0, MS, 64);
-        o.timer.allocator = (struct tw_allocator){ count_alloc_fn, count_free_fn, &a };
+        o.timer.allocator = counting(&a);
         o.shards = 4;
         assert_int_equal(tw_purgatory_create(&p, &o), 0);
         struct req rr = { 0 };
