@@ -40,13 +40,14 @@ struct tw__extra {
     unsigned char inline_key[TW__INLINE_KEY];
 };
 
-/* The callback stored in every entry that has an extra record (flagged
- * TW__E_EXTRA): never called; if it ever were, it says so and aborts. */
+/* The callback stored in every entry that has an extra record; that is how
+ * such an entry is recognised. Never called: if it ever were, it says so
+ * and aborts. */
 void tw__extra_marker(tw_timer *t, tw_id id, void *arg);
 
 static inline int tw__is_extra(const struct tw__entry *en)
 {
-    return (int)(en->flags & TW__E_EXTRA);
+    return en->fn == tw__extra_marker;
 }
 
 uint64_t tw__key_hash(const void *key, size_t len);

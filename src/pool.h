@@ -42,20 +42,17 @@ struct tw__link {
     uint32_t next, prev;
 };
 
-/* Field order matters: cancel reads link, gen and flags, the first 16
- * bytes, which share one cache line at 7 of every 8 positions of a
- * 40-byte stride (read from the middle of the entry, 3 in 8 cancels
- * touched two lines). */
+/* Cancel reads link and gen first: the first 12 bytes share one cache line
+ * at 7 of every 8 positions of the 40-byte stride. */
 struct tw__entry {
     struct tw__link link;
     uint32_t gen;      /* even = free, odd = in use */
-    uint32_t flags;    /* TW__E_EXTRA: arg is a struct tw__extra */
+    uint32_t spare_;   /* padding to 40 bytes */
     tw_fn fn;
     void *arg;
     uint64_t deadline; /* ns */
 };
 
-#define TW__E_EXTRA 1u
 
 _Static_assert(sizeof(struct tw__entry) == 40, "entry must stay 40 bytes");
 
@@ -64,7 +61,6 @@ struct tw__pool {
     uint32_t used;      /* slots ever handed out: [0, used) are valid */
     uint32_t cap;       /* capacity of the array */
     uint32_t free_head; /* free list through link.next (TW__NIL: none) */
-    uint32_t nfree;     /* slots on the free list */
     uint32_t max_slots; /* cap on slots (shards divide the id space) */
     uint64_t retired;
 };
@@ -91,7 +87,7 @@ int tw__pool_grow_to(struct tw__pool *p, struct tw__mem *m, uint64_t want);
 
 TW__POOL_HOT int tw__pool_reserve(struct tw__pool *p, struct tw__mem *m)
 {
-    return (p->nfree || p->used < p->cap) ? 0 : tw__pool_grow(p, m);
+    return (p->free_head != TW__NIL || p->used < p->cap) ? 0 : tw__pool_grow(p, m);
 }
 
 /* Takes a free slot (one must be reserved) and makes its generation odd. */
@@ -100,7 +96,6 @@ TW__POOL_HOT uint32_t tw__pool_take(struct tw__pool *p, uint32_t *gen)
     uint32_t i = p->free_head;
     if (__builtin_expect(i != TW__NIL, 1)) {
         p->free_head = p->entries[i].link.next;
-        p->nfree--;
     } else {
         i = p->used++; /* a slot never used: generation 0, free */
         p->entries[i].gen = 0;
@@ -119,7 +114,6 @@ TW__POOL_HOT void tw__pool_put(struct tw__pool *p, uint32_t i)
     }
     p->entries[i].link.next = p->free_head;
     p->free_head = i;
-    p->nfree++;
 }
 
 /* The slot named by (i, gen) if that task is alive, else TW__NIL. */

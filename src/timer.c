@@ -263,7 +263,6 @@ static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
     en->deadline = deadline;
     en->fn = fn;
     en->arg = arg;
-    en->flags = fn == tw__extra_marker ? TW__E_EXTRA : 0;
     tw__wheel_place(e, i, en, dt);
     e->pending++;
     e->scheduled++;
@@ -355,7 +354,6 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     uint32_t i = p->free_head;
     if (__builtin_expect(i != TW__NIL, 1)) {
         p->free_head = p->entries[i].link.next;
-        p->nfree--;
     } else if (p->used < p->cap) {
         i = p->used++;
         p->entries[i].gen = 0;
@@ -364,7 +362,6 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     }
     struct tw__entry *en = &p->entries[i];
     uint32_t gen = ++en->gen;
-    en->flags = 0;
     en->deadline = deadline;
     en->fn = fn;
     en->arg = arg;
@@ -561,7 +558,6 @@ int tw_cancel(tw_timer *t, tw_id id)
     if (__builtin_expect(++en->gen != 0, 1)) {
         en->link.next = p->free_head;
         p->free_head = i;
-        p->nfree++;
     } else {
         p->retired++; /* generation wrapped: never reuse the slot */
     }
