@@ -117,6 +117,13 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
                  tw__bucket_at(e, nd->bn)->heap_index, pos);
     }
 
+    /* the levels' limits follow the clock */
+    for (uint32_t k = 0; k < e->max_levels; k++)
+        if (e->last[k] != tw__wheel_level_last(e, k, e->cur))
+            FAIL(c, "level %u: last tick %llu, expected %llu", k,
+                 (unsigned long long)e->last[k],
+                 (unsigned long long)tw__wheel_level_last(e, k, e->cur));
+
     /* every bucket */
     for (uint32_t k = 0; k < e->nlevels; k++) {
         uint32_t shift = e->bits * k;

@@ -343,13 +343,11 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     struct tw__engine *e = t->e0;
     uint64_t deadline = sat_add(e->now_ns, delay_ns);
     uint64_t dt = tw__ticks_ceil(e, deadline);
-    uint32_t k = 0;
-    if (dt > e->cur) {
-        if (__builtin_expect((k = tw__level_for(e, dt)) >= e->nlevels, 0))
-            return add_plain(t, 0, deadline, fn, arg, id);
-    } else {
+    if (dt < e->cur)
         dt = e->cur; /* due: the current tick's bucket */
-    }
+    uint32_t k = tw__level_for(e, dt);
+    if (__builtin_expect(k >= e->nlevels, 0))
+        return add_plain(t, 0, deadline, fn, arg, id);
     struct tw__pool *p = &e->pool;
     uint32_t i = p->free_head;
     if (__builtin_expect(i != TW__NIL, 1)) {

@@ -86,6 +86,33 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
     return 0;
 }
 
+/* The last tick level k can hold while the current tick is cur. */
+uint64_t tw__wheel_level_last(const struct tw__engine *e, uint32_t k, uint64_t cur)
+{
+    uint32_t s = e->bits * k; /* < 64 for every level */
+    uint64_t base = cur >> s;
+    uint64_t room = UINT64_MAX >> s; /* (base + W) << s must not pass it */
+    if (room < e->wsize || base > room - e->wsize)
+        return UINT64_MAX;
+    return ((base + e->wsize) << s) - 1;
+}
+
+void tw__wheel_set_cur(struct tw__engine *e, uint64_t cur)
+{
+    uint64_t old = e->cur;
+    if (cur <= old)
+        return;
+    e->cur = cur;
+    /* level k's limit moves only when cur >> bk does, and then so did
+     * every finer level's */
+    for (uint32_t k = 0; k < e->max_levels; k++) {
+        uint32_t s = e->bits * k;
+        if ((old >> s) == (cur >> s))
+            break;
+        e->last[k] = tw__wheel_level_last(e, k, cur);
+    }
+}
+
 int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
                     uint32_t wheel_size, uint64_t now_ns, uint32_t max_slots)
 {
@@ -102,11 +129,12 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->max_levels = (64 + e->bits - 1) / e->bits;
     for (uint32_t j = 0; j < 64; j++) {
         e->level_of_log2[j] = (uint8_t)(j / e->bits);
-        e->shift_of_log2[j] = (uint8_t)(e->bits * (j / e->bits));
     }
     e->now_ns = now_ns;
     uint64_t r;
     e->cur = tw__div_floor(&e->tick, now_ns, &r);
+    for (uint32_t k = 0; k < e->max_levels; k++)
+        e->last[k] = tw__wheel_level_last(e, k, e->cur);
     int rc = tw__wheel_add_levels(e, 0);
     if (rc)
         tw__engine_destroy(e);
@@ -197,12 +225,10 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
         pops++;
         /* Re-insertion is relative to the bucket's own time, which is what
          * demotes its tasks by one level at least. */
-        if (exp > e->cur)
-            e->cur = exp;
+        tw__wheel_set_cur(e, exp);
         empty_bucket(e, bn, bn >= e->wsize);
     }
-    if (target > e->cur)
-        e->cur = target;
+    tw__wheel_set_cur(e, target);
     e->bucket_pops += pops;
     return pops;
 }

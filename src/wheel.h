@@ -54,7 +54,10 @@ struct tw__engine {
     uint32_t bits, mask, wsize;
     uint32_t nlevels, max_levels;
     uint8_t level_of_log2[64];
-    uint8_t shift_of_log2[64]; /* b * level_of_log2 */
+    /* last[k]: the last tick level k can hold now, ((cur >> bk) + W << bk)
+     * - 1, or UINT64_MAX where that passes 2^64. Kept with cur
+     * (tw__wheel_set_cur), so that choosing a level is one compare. */
+    uint64_t last[TW__MAX_LEVELS];
     struct tw__bucket *level[TW__MAX_LEVELS];
     struct tw__dq dq;
     struct tw__mem *mem;
@@ -101,19 +104,21 @@ TW__HOT uint64_t tw__ticks_ceil(const struct tw__engine *e, uint64_t ns)
     return tw__div_ceil(&e->tick, ns);
 }
 
-/* The level whose span holds tick dt, for dt > cur: the lowest k with
- * (dt >> bk) - (cur >> bk) < W. With delta = dt - cur, no level below
- * floor(log2(delta) / b) can hold it and the one above always can, so one
- * test decides between the two: no loop. */
+/* The level whose span holds tick dt >= cur: the lowest k with
+ * (dt >> bk) - (cur >> bk) < W, i.e. dt <= last[k]. With delta = dt - cur,
+ * no level below floor(log2(delta) / b) can hold it and the one above
+ * always can, so one compare decides between the two: no loop. */
 TW__HOT uint32_t tw__level_for(const struct tw__engine *e, uint64_t dt)
 {
-    uint64_t delta = dt - e->cur;
-    if (delta < e->wsize)
-        return 0;
-    uint32_t j = 63u - (uint32_t)__builtin_clzll(delta);
-    uint32_t s = e->shift_of_log2[j];
-    return e->level_of_log2[j] + (((dt >> s) - (e->cur >> s)) >= e->wsize);
+    uint32_t k = e->level_of_log2[63u - (uint32_t)__builtin_clzll((dt - e->cur) | 1u)];
+    return k + (dt > e->last[k]);
 }
+
+/* The last tick level k can hold while the current tick is cur. */
+uint64_t tw__wheel_level_last(const struct tw__engine *e, uint32_t k, uint64_t cur);
+
+/* Sets the current tick (never backwards) and the levels' limits. */
+void tw__wheel_set_cur(struct tw__engine *e, uint64_t cur);
 
 /* Creates levels up to k. 0 or -ENOMEM (levels that were made are kept). */
 int tw__wheel_add_levels(struct tw__engine *e, uint32_t k);
@@ -121,12 +126,8 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k);
 /* Makes sure the level for a task due at tick dt exists. 0 or -ENOMEM. */
 static inline int tw__wheel_reserve_level(struct tw__engine *e, uint64_t dt)
 {
-    if (dt > e->cur) {
-        uint32_t k = tw__level_for(e, dt);
-        if (__builtin_expect(k >= e->nlevels, 0))
-            return tw__wheel_add_levels(e, k);
-    }
-    return 0;
+    uint32_t k = tw__level_for(e, dt > e->cur ? dt : e->cur);
+    return __builtin_expect(k >= e->nlevels, 0) ? tw__wheel_add_levels(e, k) : 0;
 }
 
 /* Makes sure a new task due at tick dt can be placed without allocating:
