@@ -48,8 +48,9 @@ static struct {
     const char *out;      /* output prefix */
     int reps;
     long callgrind_n;     /* --callgrind N: only the W1 loop */
+    size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     FILE *csv;
-} cfg = { 0, NULL, NULL, "twheel-bench", 3, 0, NULL };
+} cfg = { .out = "twheel-bench", .reps = 3 };
 
 /* ---- utilities -------------------------------------------------------- */
 
@@ -356,6 +357,10 @@ static void run_w1(void)
     static const size_t sweep_quick[] = { 1000, 10000, 100000 };
     const size_t *sweep = cfg.quick ? sweep_quick : sweep_full;
     int nsweep = cfg.quick ? 3 : 5;
+    if (cfg.w1_n) {
+        sweep = &cfg.w1_n;
+        nsweep = 1;
+    }
     size_t m = cfg.quick ? 200000 : 5000000;
     int reps = cfg.quick ? 1 : cfg.reps;
 
@@ -393,7 +398,7 @@ static void run_w1(void)
         fclose(plot);
 
     /* with one CLOCK_MONOTONIC read per add, as the peers pay it */
-    size_t n_clock = cfg.quick ? 10000 : 1000000;
+    size_t n_clock = cfg.w1_n ? cfg.w1_n : cfg.quick ? 10000 : 1000000;
     struct w1_input in;
     w1_make(&in, n_clock, m, 0);
     struct result r[NBACKENDS];
@@ -801,7 +806,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: twheel-bench [--quick] [--only w1,w1r,w2,w3,w4,w5] [--backends a,b]\n"
-            "                    [--reps N] [--out PREFIX] [--callgrind N]\n");
+            "                    [--reps N] [--out PREFIX] [--callgrind N]\n"
+            "                    [--n N]  (W1 at this N only)\n");
     exit(2);
 }
 
@@ -822,6 +828,8 @@ int main(int argc, char **argv)
             cfg.out = argv[++k];
         else if (!strcmp(argv[k], "--reps") && k + 1 < argc)
             cfg.reps = atoi(argv[++k]) > 0 && atoi(argv[k]) <= 9 ? atoi(argv[k]) : 3;
+        else if (!strcmp(argv[k], "--n") && k + 1 < argc && atol(argv[k + 1]) > 0)
+            cfg.w1_n = (size_t)atol(argv[++k]);
         else if (!strcmp(argv[k], "--callgrind") && k + 1 < argc)
             cfg.callgrind_n = atol(argv[++k]);
         else
