@@ -83,7 +83,7 @@ static void check_placed(struct ctx *c, struct tw__engine *e, uint32_t i, void *
     }
     if (p->level == UINT32_MAX)
         return; /* expired list: anything due */
-    if ((i & (TW__SUBS - 1)) != p->sub)
+    if ((i & (e->nsubs - 1)) != p->sub)
         FAIL(c, "slot %u is in list %u of its bucket", i, p->sub);
     if (p->level == 0) {
         if (dt > p->exp) /* would fire early */
@@ -131,8 +131,9 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             uint32_t bn = (k << e->bits) | s;
             struct tw__bucket *b = &e->level[k][s];
             uint32_t mask = 0;
-            for (uint32_t j = 0; j < TW__SUBS; j++)
-                mask |= (uint32_t)(b->sub[j].next != tw__sent(bn, j)) << j;
+            for (uint32_t j = 0; j < e->nsubs; j++)
+                mask |= (uint32_t)(tw__link_at(e, tw__sent(e, bn, j))->next !=
+                                   tw__sent(e, bn, j)) << j;
             if (mask != b->mask)
                 FAIL(c, "bucket %u: list mask %#x, lists say %#x", bn, b->mask, mask);
             int empty = mask == 0;
@@ -158,9 +159,9 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
                 FAIL(c, "bucket %u: expiration %llu beyond its level's span", bn,
                      (unsigned long long)exp);
             struct placement p = { k, exp, 0, 0 };
-            for (uint32_t j = 0; j < TW__SUBS; j++) {
+            for (uint32_t j = 0; j < e->nsubs; j++) {
                 p.sub = j;
-                listed += walk(c, e, tw__sent(bn, j), limit, check_placed, &p);
+                listed += walk(c, e, tw__sent(e, bn, j), limit, check_placed, &p);
             }
             keyed += p.keyed;
         }

@@ -14,26 +14,42 @@ int tw__pool_grow(struct tw__pool *p, struct tw__mem *m)
     return tw__pool_grow_to(p, m, p->cap ? (uint64_t)p->cap * 2 : TW__POOL_MIN);
 }
 
+/* Moves the pool to a new block with room for nfront sentinels and ncap
+ * slots; what was there keeps its index. */
+static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint32_t ncap)
+{
+    size_t sz = sizeof(struct tw__entry);
+    struct tw__entry *blk = tw__alloc(m, ((size_t)nfront + ncap) * sz);
+    if (!blk)
+        return -ENOMEM;
+    struct tw__entry *ents = blk + nfront;
+    if (p->entries) {
+        memcpy(ents - p->front, p->entries - p->front, ((size_t)p->front + p->used) * sz);
+        tw__free(m, p->entries - p->front, ((size_t)p->front + p->cap) * sz);
+    }
+    p->entries = ents;
+    p->front = nfront;
+    p->cap = ncap;
+    return 0;
+}
+
 int tw__pool_grow_to(struct tw__pool *p, struct tw__mem *m, uint64_t want)
 {
     uint32_t limit = p->max_slots ? p->max_slots : TW__MAX_SLOTS;
     if (p->cap >= limit || want <= p->cap)
         return p->cap >= want ? 0 : -ENOMEM;
-    uint32_t ncap = want > limit ? limit : (uint32_t)want;
+    return relocate(p, m, p->front, want > limit ? limit : (uint32_t)want);
+}
 
-    struct tw__entry *e = tw__alloc(m, (size_t)ncap * sizeof(*e));
-    if (!e)
-        return -ENOMEM;
-    if (p->used)
-        memcpy(e, p->entries, (size_t)p->used * sizeof(*e));
-    tw__free(m, p->entries, (size_t)p->cap * sizeof(*e));
-    p->entries = e;
-    p->cap = ncap;
-    return 0;
+int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nfront)
+{
+    return nfront <= p->front ? 0 : relocate(p, m, nfront, p->cap);
 }
 
 void tw__pool_destroy(struct tw__pool *p, struct tw__mem *m)
 {
-    tw__free(m, p->entries, (size_t)p->cap * sizeof(*p->entries));
+    if (p->entries)
+        tw__free(m, p->entries - p->front,
+                 ((size_t)p->front + p->cap) * sizeof(*p->entries));
     memset(p, 0, sizeof(*p));
 }

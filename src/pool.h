@@ -31,7 +31,12 @@
 
 #define TW__POOL_HOT static inline __attribute__((always_inline))
 
-/* Index space shared by entries and list sentinels. */
+/* Index space shared by entries and list sentinels. Entries are slots 0,
+ * 1, 2, ...; list heads (sentinels) are laid out in front of slot 0, at
+ * negative indices -2, -3, ... (read as uint32: 0xFFFFFFFE downwards), so
+ * that a link, whichever it names, is reached the same way: entries +
+ * (int32_t)i. Unlinking and appending then need no test for "is this a
+ * list head?". -1 (TW__NIL) names nothing. */
 #define TW__SENT 0x80000000u         /* set on sentinel (list head) indices */
 #define TW__NIL 0xFFFFFFFFu          /* no element */
 #define TW__EXPIRED_SENT 0xFFFFFFFEu /* the expired list's sentinel */
@@ -57,7 +62,8 @@ struct tw__entry {
 _Static_assert(sizeof(struct tw__entry) == 40, "entry must stay 40 bytes");
 
 struct tw__pool {
-    struct tw__entry *entries;
+    struct tw__entry *entries; /* slot 0; sentinels sit before it */
+    uint32_t front;     /* sentinels before slot 0 (the block's head) */
     uint32_t used;      /* slots ever handed out: [0, used) are valid */
     uint32_t cap;       /* capacity of the array */
     uint32_t free_head; /* free list through link.next (TW__NIL: none) */
@@ -79,6 +85,17 @@ TW__POOL_HOT uint32_t tw__pool_slots(const struct tw__pool *p)
 {
     return p->used;
 }
+
+/* The link of slot or sentinel i. */
+TW__POOL_HOT struct tw__link *tw__pool_link(const struct tw__pool *p, uint32_t i)
+{
+    return &p->entries[(int32_t)i].link;
+}
+
+/* Makes room for `nfront` sentinels in all (new ones uninitialised), moving
+ * the block: every entry pointer taken before is stale. 0 or -ENOMEM (pool
+ * unchanged). */
+int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nfront);
 
 /* Makes room for one more slot (doubling). 0 or -ENOMEM (pool unchanged). */
 int tw__pool_grow(struct tw__pool *p, struct tw__mem *m);

@@ -184,7 +184,7 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
         e->now_ns = now;
     uint64_t r, target = now == UINT64_MAX ? tw__ticks_ceil(e, now)
                                            : tw__div_floor(&e->tick, now, &r);
-    if ((e->dq.n && e->dq.h[0].exp <= target) || e->expired.next != TW__EXPIRED_SENT) {
+    if ((e->dq.n && e->dq.h[0].exp <= target) || tw__expired_first(e) != TW__EXPIRED_SENT) {
         e->advances++;
         tw__wheel_collect(e, target);
     }

@@ -549,8 +549,8 @@ int tw_cancel(tw_timer *t, tw_id id)
     if (__builtin_expect(tw__is_extra(en), 0))
         return cancel_extra(t, e, i, en);
     uint32_t n = en->link.next, pv = en->link.prev;
-    tw__link_at(e, pv)->next = n;
-    tw__link_at(e, n)->prev = pv;
+    tw__pool_link(p, pv)->next = n; /* entries or list heads alike */
+    tw__pool_link(p, n)->prev = pv;
     e->cancelled++;
     e->pending--;
     if (__builtin_expect(++en->gen != 0, 1)) {
@@ -610,6 +610,7 @@ int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
     }
     if ((rc = tw__wheel_reserve_level(e, dt)))
         goto out;
+    en = tw__pool_entry(&e->pool, i); /* a new level moves the pool */
     uint64_t before = queue_head_tick(e);
     tw__list_unlink(e, en);
     en->deadline = deadline;
@@ -704,7 +705,7 @@ int tw_advance(tw_timer *t, uint64_t now_ns)
 
 uint64_t tw__shard_next_ns(struct tw__engine *e)
 {
-    if (e->expired.next != TW__EXPIRED_SENT)
+    if (tw__expired_first(e) != TW__EXPIRED_SENT)
         return e->now_ns;
     if (!e->dq.n)
         return UINT64_MAX;
@@ -722,7 +723,7 @@ int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns)
         struct tw__shard *sh = &t->shards[s];
         tw__shard_lock(t, sh);
         struct tw__engine *e = &sh->eng;
-        if (e->dq.n || e->expired.next != TW__EXPIRED_SENT) {
+        if (e->dq.n || tw__expired_first(e) != TW__EXPIRED_SENT) {
             uint64_t v = tw__shard_next_ns(e);
             found = 1;
             if (v < best)
@@ -766,7 +767,7 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
     tw__shard_lock(t, sh);
     tw__wheel_collect_all(e);
     uint32_t i;
-    while ((i = e->expired.next) != TW__EXPIRED_SENT) {
+    while ((i = tw__expired_first(e)) != TW__EXPIRED_SENT) {
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
         tw__list_unlink(e, en);
         tw_id id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));

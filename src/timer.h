@@ -98,7 +98,7 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
                                struct tw__job *j)
 {
     struct tw__engine *e = &t->shards[si].eng;
-    uint32_t i = e->expired.next;
+    uint32_t i = tw__expired_first(e);
     if (i == TW__EXPIRED_SENT)
         return -ENOENT;
     struct tw__entry *en = tw__pool_entry(&e->pool, i);

@@ -49,7 +49,8 @@
  * in deadline order and ties fire in a deterministic order.
  *
  * Cancel: lists are doubly linked through 32-bit slot indices; a list's
- * head (sentinel) has an index of its own with the top bit set. An entry
+ * head (sentinel) is a link of its own in front of slot 0 (pool.h), so
+ * links to heads and to entries are followed the same way. An entry
  * therefore need not remember its bucket: unlinking it touches only its
  * two neighbours, and finding both neighbours to be the same sentinel is
  * what tells us that bucket just became empty, so it leaves the heap at
@@ -60,12 +61,25 @@
 
 #include "wheel.h"
 
+/* Points a list head at itself: an empty list. */
+static void sent_init(struct tw__engine *e, uint32_t s)
+{
+    struct tw__link *h = tw__link_at(e, s);
+    h->next = h->prev = s;
+    struct tw__entry *en = (struct tw__entry *)h;
+    en->gen = 0; /* never a live task's */
+    en->fn = NULL;
+    en->arg = NULL;
+    en->deadline = 0;
+    en->spare_ = 0;
+}
+
 int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
 {
     if (k >= e->max_levels)
         return -ENOMEM; /* cannot happen: the top level covers 2^64 */
     while (e->nlevels <= k) {
-        uint32_t lv = e->nlevels;
+        uint32_t lv = e->nlevels, heads = e->wsize << e->subbits;
         /* reserve the delay-queue room for the new buckets first */
         int rc = tw__dq_reserve(&e->dq, e->mem, (lv + 1) * e->wsize);
         if (rc)
@@ -74,9 +88,13 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
             tw__alloc(e->mem, (size_t)e->wsize * sizeof(*b));
         if (!b)
             return -ENOMEM;
+        if ((rc = tw__pool_grow_front(&e->pool, e->mem, 2 + (lv + 1) * heads))) {
+            tw__free(e->mem, b, (size_t)e->wsize * sizeof(*b));
+            return rc;
+        }
         for (uint32_t s = 0; s < e->wsize; s++) {
-            for (uint32_t j = 0; j < TW__SUBS; j++)
-                b[s].sub[j].next = b[s].sub[j].prev = tw__sent((lv << e->bits) | s, j);
+            for (uint32_t j = 0; j < e->nsubs; j++)
+                sent_init(e, tw__sent(e, (lv << e->bits) | s, j));
             b[s].heap_index = TW__NOT_QUEUED;
             b[s].mask = 0;
         }
@@ -120,12 +138,13 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->mem = m;
     e->pool.free_head = TW__NIL;
     e->pool.max_slots = max_slots;
-    e->expired.next = e->expired.prev = TW__EXPIRED_SENT;
     e->firing = TW__NIL;
     tw__div_init(&e->tick, tick_ns);
     e->wsize = wheel_size;
     e->mask = wheel_size - 1;
     e->bits = (uint32_t)__builtin_ctz(wheel_size);
+    e->subbits = e->bits >= 13 ? 0 : 13 - e->bits < TW__SUB_BITS ? 13 - e->bits : TW__SUB_BITS;
+    e->nsubs = 1u << e->subbits;
     e->max_levels = (64 + e->bits - 1) / e->bits;
     for (uint32_t j = 0; j < 64; j++) {
         e->level_of_log2[j] = (uint8_t)(j / e->bits);
@@ -135,7 +154,11 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->cur = tw__div_floor(&e->tick, now_ns, &r);
     for (uint32_t k = 0; k < e->max_levels; k++)
         e->last[k] = tw__wheel_level_last(e, k, e->cur);
-    int rc = tw__wheel_add_levels(e, 0);
+    int rc = tw__pool_grow_front(&e->pool, m, 2); /* index -1 is TW__NIL */
+    if (!rc) {
+        sent_init(e, TW__EXPIRED_SENT);
+        rc = tw__wheel_add_levels(e, 0);
+    }
     if (rc)
         tw__engine_destroy(e);
     return rc;
@@ -157,9 +180,9 @@ void tw__wheel_queue_bucket(struct tw__engine *e, uint32_t bn, uint64_t exp)
 
 void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s)
 {
-    uint32_t bn = (s & ~TW__SENT) >> TW__SUB_BITS;
+    uint32_t j, bn = tw__sent_bucket(e, s, &j);
     struct tw__bucket *b = tw__bucket_at(e, bn);
-    b->mask &= ~(1u << (s & (TW__SUBS - 1)));
+    b->mask &= ~(1u << j);
     if (!b->mask && b->heap_index != TW__NOT_QUEUED)
         tw__dq_remove(&e->dq, b->heap_index);
 }
@@ -168,32 +191,34 @@ void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s)
 static void splice_to_expired(struct tw__engine *e, uint32_t first,
                               uint32_t last)
 {
-    uint32_t tail = e->expired.prev;
+    struct tw__link *x = tw__link_at(e, TW__EXPIRED_SENT);
+    uint32_t tail = x->prev;
     tw__link_at(e, tail)->next = first;
     tw__link_at(e, first)->prev = tail;
     tw__link_at(e, last)->next = TW__EXPIRED_SENT;
-    e->expired.prev = last;
+    x->prev = last;
 }
 
 /* Takes every task out of bucket bn, visiting its lists round-robin with
  * the next entry of each list prefetched, so that the misses of the
- * TW__SUBS lists overlap. A task due by the current tick goes to the
- * expired list; any other is placed again relative to the current tick,
- * which demotes it to a finer level. Level-0 tasks are all due. */
+ * lists overlap. A task due by the current tick goes to the expired list;
+ * any other is placed again relative to the current tick, which demotes
+ * it to a finer level. Level-0 tasks are all due. */
 static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
 {
     struct tw__bucket *b = tw__bucket_at(e, bn);
-    uint32_t cursor[TW__SUBS], live = 0, mask = b->mask;
-    for (uint32_t j = 0; j < TW__SUBS; j++) {
-        uint32_t self = tw__sent(bn, j);
-        cursor[j] = (mask >> j) & 1u ? b->sub[j].next : self;
-        live += (mask >> j) & 1u;
-        b->sub[j].next = b->sub[j].prev = self;
+    uint32_t cursor[TW__SUBS], live = 0, nsubs = e->nsubs;
+    for (uint32_t j = 0; j < nsubs; j++) {
+        uint32_t self = tw__sent(e, bn, j);
+        struct tw__link *h = tw__link_at(e, self);
+        cursor[j] = h->next;
+        live += cursor[j] != self;
+        h->next = h->prev = self;
     }
     b->mask = 0;
     while (live) {
-        for (uint32_t j = 0; j < TW__SUBS; j++) {
-            uint32_t i = cursor[j], self = tw__sent(bn, j);
+        for (uint32_t j = 0; j < nsubs; j++) {
+            uint32_t i = cursor[j], self = tw__sent(e, bn, j);
             if (i == self)
                 continue;
             struct tw__entry *en = tw__pool_entry(&e->pool, i);
@@ -239,10 +264,11 @@ void tw__wheel_collect_all(struct tw__engine *e)
         uint32_t bn = e->dq.h[e->dq.n - 1].bn;
         struct tw__bucket *b = tw__bucket_at(e, bn);
         tw__dq_remove(&e->dq, e->dq.n - 1);
-        for (uint32_t j = 0; j < TW__SUBS; j++) {
-            uint32_t self = tw__sent(bn, j);
-            uint32_t first = b->sub[j].next, last = b->sub[j].prev;
-            b->sub[j].next = b->sub[j].prev = self;
+        for (uint32_t j = 0; j < e->nsubs; j++) {
+            uint32_t self = tw__sent(e, bn, j);
+            struct tw__link *h = tw__link_at(e, self);
+            uint32_t first = h->next, last = h->prev;
+            h->next = h->prev = self;
             if (first != self)
                 splice_to_expired(e, first, last);
         }

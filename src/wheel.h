@@ -19,26 +19,23 @@
 #define TW__HOT static inline __attribute__((always_inline))
 #define TW__LATE_BUCKETS 65
 
-/* A bucket is TW__SUBS lists, not one: entry i goes to list i % TW__SUBS.
- * Walking a bucket (cascade, firing) follows all of them round-robin, so
- * TW__SUBS cache misses are in flight at once instead of one: a single
- * linked list of timers scattered over a large pool is a chain of
+/* A bucket is up to TW__SUBS lists, not one: entry i goes to list
+ * i % nsubs. Walking a bucket (cascade, firing) follows all of them
+ * round-robin, so nsubs cache misses are in flight at once instead of one:
+ * a single linked list of timers scattered over a large pool is a chain of
  * dependent DRAM misses (measured: 133 ns per fired timer at 10^6 with one
- * list). The sentinel of list j of bucket bn has index
- * TW__SENT | bn << TW__SUB_BITS | j. */
+ * list). The list heads live in the pool, in front of slot 0 (see pool.h):
+ * 40 bytes each, so very large wheels get fewer lists per bucket
+ * (nsubs = 8192 / W, at least 1 and at most 8: at most 320 KiB of heads a
+ * level). Sentinel ordinal 0 is the expired list; list j of bucket bn is
+ * ordinal 1 + (bn << subbits | j). */
 #define TW__SUB_BITS 3u
 #define TW__SUBS (1u << TW__SUB_BITS)
 
 struct tw__bucket {
-    struct tw__link sub[TW__SUBS]; /* list sentinels */
     uint32_t heap_index; /* position in the delay queue or TW__NOT_QUEUED */
     uint32_t mask;       /* bit j set: list j is not empty */
 };
-
-static inline uint32_t tw__sent(uint32_t bn, uint32_t j)
-{
-    return TW__SENT | (bn << TW__SUB_BITS) | j;
-}
 
 struct tw__keymap {
     struct tw__extra **slots;
@@ -47,11 +44,11 @@ struct tw__keymap {
 
 struct tw__engine {
     struct tw__pool pool;
-    struct tw__link expired; /* tasks collected, callbacks not yet run */
     uint64_t now_ns;         /* current time */
     uint64_t cur;            /* current time in ticks, floor(now / tick) */
     struct tw__div tick;
     uint32_t bits, mask, wsize;
+    uint32_t subbits, nsubs; /* lists per bucket: nsubs = 1 << subbits */
     uint32_t nlevels, max_levels;
     uint8_t level_of_log2[64];
     /* last[k]: the last tick level k can hold now, ((cur >> bk) + W << bk)
@@ -90,13 +87,30 @@ TW__HOT struct tw__bucket *tw__bucket_at(const struct tw__engine *e,
     return &e->level[bn >> e->bits][bn & e->mask];
 }
 
-TW__HOT struct tw__link *tw__link_at(struct tw__engine *e, uint32_t i)
+/* The sentinel of list j of bucket bn. */
+TW__HOT uint32_t tw__sent(const struct tw__engine *e, uint32_t bn, uint32_t j)
 {
-    if (__builtin_expect(!(i & TW__SENT), 1))
-        return &tw__pool_entry(&e->pool, i)->link;
-    if (i == TW__EXPIRED_SENT)
-        return &e->expired;
-    return &tw__bucket_at(e, (i & ~TW__SENT) >> TW__SUB_BITS)->sub[i & (TW__SUBS - 1)];
+    return TW__EXPIRED_SENT - 1u - ((bn << e->subbits) | j);
+}
+
+/* The bucket number of a bucket list's sentinel s, and its list in *j. */
+TW__HOT uint32_t tw__sent_bucket(const struct tw__engine *e, uint32_t s, uint32_t *j)
+{
+    uint32_t o = TW__EXPIRED_SENT - 1u - s;
+    *j = o & (e->nsubs - 1u);
+    return o >> e->subbits;
+}
+
+/* The link of slot or sentinel i: one address computation for both. */
+TW__HOT struct tw__link *tw__link_at(const struct tw__engine *e, uint32_t i)
+{
+    return tw__pool_link(&e->pool, i);
+}
+
+/* The first task on the expired list, or TW__EXPIRED_SENT. */
+TW__HOT uint32_t tw__expired_first(const struct tw__engine *e)
+{
+    return tw__link_at(e, TW__EXPIRED_SENT)->next;
 }
 
 TW__HOT uint64_t tw__ticks_ceil(const struct tw__engine *e, uint64_t ns)
@@ -182,19 +196,16 @@ TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
 {
     uint32_t slot = (uint32_t)(dt >> (e->bits * k)) & e->mask;
     uint32_t bn = (k << e->bits) | slot;
-    struct tw__bucket *b = &e->level[k][slot];
-    /* the tail is an entry unless the list is empty */
-    uint32_t j = i & (TW__SUBS - 1), self = tw__sent(bn, j);
-    struct tw__link *h = &b->sub[j];
+    uint32_t j = i & (e->nsubs - 1u), self = tw__sent(e, bn, j);
+    struct tw__link *h = tw__link_at(e, self);
     uint32_t tail = h->prev;
     en->link.next = self;
     en->link.prev = tail;
     h->prev = i;
-    if (__builtin_expect(tail != self, 1)) {
-        tw__pool_entry(&e->pool, tail)->link.next = i;
+    tw__link_at(e, tail)->next = i; /* the head itself if the list was empty */
+    if (__builtin_expect(tail != self, 1))
         return TW__NIL;
-    }
-    h->next = i;
+    struct tw__bucket *b = &e->level[k][slot];
     uint32_t was = b->mask;
     b->mask = was | (1u << j);
     return was ? TW__NIL : bn;
