@@ -91,7 +91,7 @@ struct tw_options {
                                      timer sized here never does. */
 };
 
-#define TW_MAX_WHEEL_SIZE (1u << 16) /* a bucket is 72 bytes */
+#define TW_MAX_WHEEL_SIZE (1u << 12) /* a bucket is 328 bytes */
 
 /* Periodic flags (exactly one). */
 #define TW_FIXED_RATE  1 /* next deadline = previous deadline + period.

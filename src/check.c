@@ -83,7 +83,7 @@ static void check_placed(struct ctx *c, struct tw__engine *e, uint32_t i, void *
     }
     if (p->level == UINT32_MAX)
         return; /* expired list: anything due */
-    if ((i & (e->nsubs - 1)) != p->sub)
+    if ((i & (TW__SUBS - 1)) != p->sub)
         FAIL(c, "slot %u is in list %u of its bucket", i, p->sub);
     if (p->level == 0) {
         if (dt > p->exp) /* would fire early */
@@ -119,9 +119,10 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
 
     /* the levels' limits follow the clock */
     for (uint32_t k = 0; k < e->max_levels; k++)
-        if (e->last[k] != tw__wheel_level_last(e, k, e->cur))
+        if (e->lv[k].last != tw__wheel_level_last(e, k, e->cur) ||
+            e->lv[k].shift != e->bits * k || e->lv[k].sb != tw__sent(e, k << e->bits, 0))
             FAIL(c, "level %u: last tick %llu, expected %llu", k,
-                 (unsigned long long)e->last[k],
+                 (unsigned long long)e->lv[k].last,
                  (unsigned long long)tw__wheel_level_last(e, k, e->cur));
 
     /* every bucket */
@@ -131,7 +132,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             uint32_t bn = (k << e->bits) | s;
             struct tw__bucket *b = &e->level[k][s];
             uint32_t mask = 0;
-            for (uint32_t j = 0; j < e->nsubs; j++)
+            for (uint32_t j = 0; j < TW__SUBS; j++)
                 mask |= (uint32_t)(tw__link_at(e, tw__sent(e, bn, j))->next !=
                                    tw__sent(e, bn, j)) << j;
             if (mask != b->mask)
@@ -159,7 +160,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
                 FAIL(c, "bucket %u: expiration %llu beyond its level's span", bn,
                      (unsigned long long)exp);
             struct placement p = { k, exp, 0, 0 };
-            for (uint32_t j = 0; j < e->nsubs; j++) {
+            for (uint32_t j = 0; j < TW__SUBS; j++) {
                 p.sub = j;
                 listed += walk(c, e, tw__sent(e, bn, j), limit, check_placed, &p);
             }

@@ -79,7 +79,7 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
     if (k >= e->max_levels)
         return -ENOMEM; /* cannot happen: the top level covers 2^64 */
     while (e->nlevels <= k) {
-        uint32_t lv = e->nlevels, heads = e->wsize << e->subbits;
+        uint32_t lv = e->nlevels, heads = e->wsize << TW__SUB_BITS;
         /* reserve the delay-queue room for the new buckets first */
         int rc = tw__dq_reserve(&e->dq, e->mem, (lv + 1) * e->wsize);
         if (rc)
@@ -93,7 +93,7 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
             return rc;
         }
         for (uint32_t s = 0; s < e->wsize; s++) {
-            for (uint32_t j = 0; j < e->nsubs; j++)
+            for (uint32_t j = 0; j < TW__SUBS; j++)
                 sent_init(e, tw__sent(e, (lv << e->bits) | s, j));
             b[s].heap_index = TW__NOT_QUEUED;
             b[s].mask = 0;
@@ -127,7 +127,7 @@ void tw__wheel_set_cur(struct tw__engine *e, uint64_t cur)
         uint32_t s = e->bits * k;
         if ((old >> s) == (cur >> s))
             break;
-        e->last[k] = tw__wheel_level_last(e, k, cur);
+        e->lv[k].last = tw__wheel_level_last(e, k, cur);
     }
 }
 
@@ -143,8 +143,6 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->wsize = wheel_size;
     e->mask = wheel_size - 1;
     e->bits = (uint32_t)__builtin_ctz(wheel_size);
-    e->subbits = e->bits >= 13 ? 0 : 13 - e->bits < TW__SUB_BITS ? 13 - e->bits : TW__SUB_BITS;
-    e->nsubs = 1u << e->subbits;
     e->max_levels = (64 + e->bits - 1) / e->bits;
     for (uint32_t j = 0; j < 64; j++) {
         e->level_of_log2[j] = (uint8_t)(j / e->bits);
@@ -152,8 +150,11 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->now_ns = now_ns;
     uint64_t r;
     e->cur = tw__div_floor(&e->tick, now_ns, &r);
-    for (uint32_t k = 0; k < e->max_levels; k++)
-        e->last[k] = tw__wheel_level_last(e, k, e->cur);
+    for (uint32_t k = 0; k < e->max_levels; k++) {
+        e->lv[k].last = tw__wheel_level_last(e, k, e->cur);
+        e->lv[k].shift = e->bits * k;
+        e->lv[k].sb = tw__sent(e, k << e->bits, 0);
+    }
     int rc = tw__pool_grow_front(&e->pool, m, 2); /* index -1 is TW__NIL */
     if (!rc) {
         sent_init(e, TW__EXPIRED_SENT);
@@ -207,7 +208,7 @@ static void splice_to_expired(struct tw__engine *e, uint32_t first,
 static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
 {
     struct tw__bucket *b = tw__bucket_at(e, bn);
-    uint32_t cursor[TW__SUBS], live = 0, nsubs = e->nsubs;
+    uint32_t cursor[TW__SUBS], live = 0, nsubs = TW__SUBS;
     for (uint32_t j = 0; j < nsubs; j++) {
         uint32_t self = tw__sent(e, bn, j);
         struct tw__link *h = tw__link_at(e, self);
@@ -264,7 +265,7 @@ void tw__wheel_collect_all(struct tw__engine *e)
         uint32_t bn = e->dq.h[e->dq.n - 1].bn;
         struct tw__bucket *b = tw__bucket_at(e, bn);
         tw__dq_remove(&e->dq, e->dq.n - 1);
-        for (uint32_t j = 0; j < e->nsubs; j++) {
+        for (uint32_t j = 0; j < TW__SUBS; j++) {
             uint32_t self = tw__sent(e, bn, j);
             struct tw__link *h = tw__link_at(e, self);
             uint32_t first = h->next, last = h->prev;

@@ -19,22 +19,31 @@
 #define TW__HOT static inline __attribute__((always_inline))
 #define TW__LATE_BUCKETS 65
 
-/* A bucket is up to TW__SUBS lists, not one: entry i goes to list
- * i % nsubs. Walking a bucket (cascade, firing) follows all of them
- * round-robin, so nsubs cache misses are in flight at once instead of one:
+/* A bucket is TW__SUBS lists, not one: entry i goes to list
+ * i % TW__SUBS. Walking a bucket (cascade, firing) follows all of them
+ * round-robin, so TW__SUBS cache misses are in flight at once instead of one:
  * a single linked list of timers scattered over a large pool is a chain of
  * dependent DRAM misses (measured: 133 ns per fired timer at 10^6 with one
  * list). The list heads live in the pool, in front of slot 0 (see pool.h):
- * 40 bytes each, so very large wheels get fewer lists per bucket
- * (nsubs = 8192 / W, at least 1 and at most 8: at most 320 KiB of heads a
- * level). Sentinel ordinal 0 is the expired list; list j of bucket bn is
- * ordinal 1 + (bn << subbits | j). */
+ * 40 bytes each, 320 bytes a bucket (so TW_MAX_WHEEL_SIZE is 4096: at most
+ * 1.3 MB of heads a level). Sentinel -2 is the expired list's head; list j
+ * of bucket bn has sentinel -3 - (bn << TW__SUB_BITS | j). */
 #define TW__SUB_BITS 3u
 #define TW__SUBS (1u << TW__SUB_BITS)
 
 struct tw__bucket {
     uint32_t heap_index; /* position in the delay queue or TW__NOT_QUEUED */
     uint32_t mask;       /* bit j set: list j is not empty */
+};
+
+/* What placing a task at level k needs, in one place. */
+struct tw__level {
+    /* the last tick level k can hold now, ((cur >> bk) + W << bk) - 1, or
+     * UINT64_MAX where that passes 2^64; kept with cur (tw__wheel_set_cur)
+     * so that choosing a level is one compare */
+    uint64_t last;
+    uint32_t shift; /* b * k */
+    uint32_t sb;    /* sentinel of list 0 of the level's bucket 0 */
 };
 
 struct tw__keymap {
@@ -48,13 +57,9 @@ struct tw__engine {
     uint64_t cur;            /* current time in ticks, floor(now / tick) */
     struct tw__div tick;
     uint32_t bits, mask, wsize;
-    uint32_t subbits, nsubs; /* lists per bucket: nsubs = 1 << subbits */
     uint32_t nlevels, max_levels;
     uint8_t level_of_log2[64];
-    /* last[k]: the last tick level k can hold now, ((cur >> bk) + W << bk)
-     * - 1, or UINT64_MAX where that passes 2^64. Kept with cur
-     * (tw__wheel_set_cur), so that choosing a level is one compare. */
-    uint64_t last[TW__MAX_LEVELS];
+    struct tw__level lv[TW__MAX_LEVELS];
     struct tw__bucket *level[TW__MAX_LEVELS];
     struct tw__dq dq;
     struct tw__mem *mem;
@@ -90,15 +95,17 @@ TW__HOT struct tw__bucket *tw__bucket_at(const struct tw__engine *e,
 /* The sentinel of list j of bucket bn. */
 TW__HOT uint32_t tw__sent(const struct tw__engine *e, uint32_t bn, uint32_t j)
 {
-    return TW__EXPIRED_SENT - 1u - ((bn << e->subbits) | j);
+    (void)e;
+    return TW__EXPIRED_SENT - 1u - ((bn << TW__SUB_BITS) | j);
 }
 
 /* The bucket number of a bucket list's sentinel s, and its list in *j. */
 TW__HOT uint32_t tw__sent_bucket(const struct tw__engine *e, uint32_t s, uint32_t *j)
 {
     uint32_t o = TW__EXPIRED_SENT - 1u - s;
-    *j = o & (e->nsubs - 1u);
-    return o >> e->subbits;
+    (void)e;
+    *j = o & (TW__SUBS - 1u);
+    return o >> TW__SUB_BITS;
 }
 
 /* The link of slot or sentinel i: one address computation for both. */
@@ -125,7 +132,7 @@ TW__HOT uint64_t tw__ticks_ceil(const struct tw__engine *e, uint64_t ns)
 TW__HOT uint32_t tw__level_for(const struct tw__engine *e, uint64_t dt)
 {
     uint32_t k = e->level_of_log2[63u - (uint32_t)__builtin_clzll((dt - e->cur) | 1u)];
-    return k + (dt > e->last[k]);
+    return k + (dt > e->lv[k].last);
 }
 
 /* The last tick level k can hold while the current tick is cur. */
@@ -194,9 +201,10 @@ TW__HOT void tw__list_unlink(struct tw__engine *e, struct tw__entry *en)
 TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
                                   struct tw__entry *en, uint64_t dt, uint32_t k)
 {
-    uint32_t slot = (uint32_t)(dt >> (e->bits * k)) & e->mask;
-    uint32_t bn = (k << e->bits) | slot;
-    uint32_t j = i & (e->nsubs - 1u), self = tw__sent(e, bn, j);
+    const struct tw__level *lv = &e->lv[k];
+    uint32_t slot = (uint32_t)(dt >> lv->shift) & e->mask;
+    uint32_t j = i & (TW__SUBS - 1u);
+    uint32_t self = lv->sb - ((slot << TW__SUB_BITS) | j);
     struct tw__link *h = tw__link_at(e, self);
     uint32_t tail = h->prev;
     en->link.next = self;
@@ -208,7 +216,7 @@ TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
     struct tw__bucket *b = &e->level[k][slot];
     uint32_t was = b->mask;
     b->mask = was | (1u << j);
-    return was ? TW__NIL : bn;
+    return was ? TW__NIL : (k << e->bits) | slot;
 }
 
 /* A bucket's expiration: dt rounded down to its level's width. */

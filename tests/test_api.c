@@ -66,7 +66,7 @@ static void test_create_errors(void **state)
 
     /* extreme but valid geometries */
     struct fake_clock c;
-    uint32_t sizes[] = { 2, 4, 1u << 16 };
+    uint32_t sizes[] = { 2, 4, TW_MAX_WHEEL_SIZE };
     for (size_t k = 0; k < 3; k++) {
         t = mk(&c, 0, 1, sizes[k]);
         int n = 0;
