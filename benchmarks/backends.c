@@ -65,11 +65,10 @@ static void twm_close(struct backend *b)
     tw_destroy(b->impl);
 }
 
-static uint64_t twm_add(struct backend *b, uint64_t delay, void *arg)
+static void twm_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
-    tw_id id = 0;
-    tw_schedule(b->impl, delay, tw_fire, arg, &id);
-    return id;
+    /* a tail call: the id is written straight to where the caller keeps it */
+    tw_schedule(b->impl, delay, tw_fire, arg, out);
 }
 
 static void twm_cancel(struct backend *b, uint64_t h)
@@ -229,7 +228,7 @@ static void heap_close(struct backend *b)
     free(q);
 }
 
-static uint64_t heap_add(struct backend *b, uint64_t delay, void *arg)
+static void heap_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct heap *q = b->impl;
     uint32_t k = q->free_head;
@@ -239,7 +238,7 @@ static uint64_t heap_add(struct backend *b, uint64_t delay, void *arg)
     uint64_t d = q->now + delay;
     q->h[q->n] = (struct hent){ d < delay ? UINT64_MAX : d, k, q->seq++ };
     hup(q, q->n++);
-    return k;
+    *out = k;
 }
 
 static void heap_cancel(struct backend *b, uint64_t h)
@@ -391,7 +390,7 @@ static void pheap_close(struct backend *b)
     free(q);
 }
 
-static uint64_t pheap_add(struct backend *b, uint64_t delay, void *arg)
+static void pheap_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct pheap *q = b->impl;
     uint32_t k = q->free_head;
@@ -404,7 +403,7 @@ static uint64_t pheap_add(struct backend *b, uint64_t delay, void *arg)
     nd->arg = arg;
     q->h[q->n] = nd;
     pup(q, q->n++);
-    return k;
+    *out = k;
 }
 
 static void pheap_cancel(struct backend *b, uint64_t h)
@@ -508,7 +507,7 @@ static void hw_close(struct backend *b)
     free(w);
 }
 
-static uint64_t hw_add(struct backend *b, uint64_t delay, void *arg)
+static void hw_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct hwheel *w = b->impl;
     uint32_t k = w->free_head;
@@ -529,7 +528,7 @@ static uint64_t hw_add(struct backend *b, uint64_t delay, void *arg)
     if (n->next != HW_NIL)
         w->nodes[n->next].prev = k;
     w->heads[n->slot] = k;
-    return k;
+    *out = k;
 }
 
 static void hw_unlink(struct hwheel *w, uint32_t k)
@@ -655,7 +654,7 @@ static void lev_close(struct backend *b)
     free(l);
 }
 
-static uint64_t lev_add(struct backend *b, uint64_t delay, void *arg)
+static void lev_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct lev *l = b->impl;
     uint32_t k = l->free[--l->nfree];
@@ -664,7 +663,7 @@ static uint64_t lev_add(struct backend *b, uint64_t delay, void *arg)
     struct timeval tv = { (time_t)(delay / 1000000000u),
                           (suseconds_t)((delay % 1000000000u) / 1000u) };
     evtimer_add(&l->evs[k], &tv);
-    return k;
+    *out = k;
 }
 
 static void lev_cancel(struct backend *b, uint64_t h)
@@ -756,13 +755,13 @@ static void luv_close(struct backend *b)
     free(l);
 }
 
-static uint64_t luv_add(struct backend *b, uint64_t delay, void *arg)
+static void luv_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct luv *l = b->impl;
     uint32_t k = l->free[--l->nfree];
     l->timers[k].data = arg;
     uv_timer_start(&l->timers[k], luv_cb, (delay + 999999) / 1000000, 0);
-    return k;
+    *out = k;
 }
 
 static void luv_cancel(struct backend *b, uint64_t h)

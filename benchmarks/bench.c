@@ -237,6 +237,7 @@ static void w1_free(struct w1_input *in)
 }
 
 static volatile uint64_t clock_sink;
+static uint64_t handle_sink; /* handles nobody cancels */
 
 void w1_loop(struct backend *b, uint64_t *handles, const struct w1_input *in, int read_clock);
 void w1r_loop(struct backend *b, const struct w1_input *in);
@@ -251,7 +252,7 @@ __attribute__((noinline)) void w1_loop(struct backend *b, uint64_t *handles,
         ops->cancel(b, handles[v]);
         if (read_clock)
             clock_sink = bench_now_ns();
-        handles[v] = ops->add(b, in->delays[i], &g_dummy);
+        ops->add(b, in->delays[i], &g_dummy, &handles[v]);
     }
 }
 
@@ -265,7 +266,7 @@ __attribute__((noinline)) void w1r_loop(struct backend *b, const struct w1_input
     const struct backend_ops *ops = b->ops;
     for (size_t i = 0; i < in->m; i++) {
         uint32_t pos = (uint32_t)i & 1023;
-        ring[pos] = ops->add(b, in->delays[i], &g_dummy);
+        ops->add(b, in->delays[i], &g_dummy, &ring[pos]);
         live[pos] = 1;
         for (uint32_t k = in->victims[i]; k < 1024; k++) {
             uint32_t p = (pos - k) & 1023;
@@ -288,7 +289,7 @@ static double w1_once(const struct backend_ops *ops, const struct w1_input *in,
     if (!handles || open_backend(&b, ops, cap))
         abort();
     for (size_t k = 0; k < in->n; k++)
-        handles[k] = ops->add(&b, in->prefill[k], &g_dummy);
+        ops->add(&b, in->prefill[k], &g_dummy, &handles[k]);
     double t0 = thread_cpu();
     if (realistic)
         w1r_loop(&b, in);
@@ -484,7 +485,7 @@ static int w2_once(const struct backend_ops *ops, size_t n, struct w2_out *o)
     double c0 = process_cpu();
     for (size_t k = 0; k < n; k++) {
         uint64_t deadline = (ops->clock_per_add ? bench_now_ns() : base) + delays[k];
-        ops->add(&b, delays[k], (void *)(uintptr_t)deadline);
+        ops->add(&b, delays[k], (void *)(uintptr_t)deadline, &handle_sink);
     }
     o->add_ns = (process_cpu() - c0) * 1e9 / (double)n;
     drive_until(&b, n, 30 * SEC);
@@ -561,12 +562,12 @@ static void run_w3(void)
             continue;
         rng_state = 0xBADC0DEull;
         for (size_t k = 0; k < n; k++)
-            ops->add(&be, uniform(60 * SEC, 86400 * SEC), &g_dummy);
+            ops->add(&be, uniform(60 * SEC, 86400 * SEC), &g_dummy, &handle_sink);
         uint64_t w0 = ops->wakeups ? ops->wakeups(&be) : 0;
         uint64_t end = bench_now_ns() + window;
         /* self-sleeping loops: a timer at the window's end wakes them */
         if (!ops->realtime_only && ops->next(&be) == 0)
-            ops->add(&be, window, &g_dummy);
+            ops->add(&be, window, &g_dummy, &handle_sink);
         long v0 = voluntary_switches();
         double c0 = process_cpu();
         g_fired = 0;
@@ -623,7 +624,7 @@ static int w4_child(const char *name, size_t n)
     if (open_backend(&be, ops, n + 16))
         return 1;
     for (size_t k = 0; k < n; k++)
-        ops->add(&be, delays[k], &g_dummy);
+        ops->add(&be, delays[k], &g_dummy, &handle_sink);
     uint64_t after = rss_bytes();
     printf("%.3f %.3f\n", (double)(after - before) / (double)n,
            (double)ops->own_bytes(&be) / (double)n);

@@ -24,8 +24,9 @@ struct backend_ops {
     /* cap: the most timers pending at once. now: the start time (ns). */
     int (*open)(struct backend *b, size_t cap, uint64_t now);
     void (*close)(struct backend *b);
-    /* Schedule arg to fire delay_ns after the back end's notion of now. */
-    uint64_t (*add)(struct backend *b, uint64_t delay_ns, void *arg);
+    /* Schedule arg to fire delay_ns after the back end's notion of now;
+     * the handle for cancel goes to *handle. */
+    void (*add)(struct backend *b, uint64_t delay_ns, void *arg, uint64_t *handle);
     void (*cancel)(struct backend *b, uint64_t handle);
     /* Manual drive: fire what is due at now; the next time work is due
      * (UINT64_MAX if none). Loops (libevent, libuv) run one iteration of

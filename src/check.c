@@ -174,10 +174,15 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     /* slots: allocated = listed + running periodic tasks */
     uint64_t allocated = 0, running = 0, running_live = 0, freecount = 0;
     for (uint32_t i = 0; i < tw__pool_slots(&e->pool); i++) {
-        if (!(*tw__pool_gen(&e->pool, i) & 1u))
+        uint32_t g = *tw__pool_gen(&e->pool, i);
+        struct tw__entry *en = tw__pool_entry(&e->pool, i);
+        if ((g & 3u) == 2u)
+            FAIL(c, "slot %u: generation %#x of no state", i, g);
+        if (!(g & 1u))
             continue;
         allocated++;
-        struct tw__entry *en = tw__pool_entry(&e->pool, i);
+        if (((g & 3u) == TW__GEN_EXTRA) != (en->fn == tw__extra_marker))
+            FAIL(c, "slot %u: generation %#x disagrees with its callback", i, g);
         if (tw__is_extra(en) && ((struct tw__extra *)en->arg)->state != TW__X_IDLE) {
             uint8_t st = ((struct tw__extra *)en->arg)->state;
             running++;
@@ -196,7 +201,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             FAIL(c, "free list broken at %u", i);
             break;
         }
-        if (*tw__pool_gen(&e->pool, i) & 1u)
+        if (*tw__pool_gen(&e->pool, i) & 3u)
             FAIL(c, "slot %u is on the free list but in use", i);
     }
     if (allocated + freecount + e->pool.retired != tw__pool_slots(&e->pool))

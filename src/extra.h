@@ -47,7 +47,7 @@ void tw__extra_marker(tw_timer *t, tw_id id, void *arg);
 
 static inline int tw__is_extra(const struct tw__entry *en)
 {
-    return en->fn == tw__extra_marker;
+    return (en->gen & 3u) == TW__GEN_EXTRA; /* and en->fn is the marker */
 }
 
 uint64_t tw__key_hash(const void *key, size_t len);

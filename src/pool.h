@@ -17,10 +17,14 @@
  * warm timer never pays it again. Slots never used are not touched, so
  * unused capacity costs address space, not resident memory.
  *
- * Generations: even = free, odd = in use. Allocation and free each add one,
- * so an id (generation << 32 | slot) matches its slot only while that task
- * lives. A slot whose generation would wrap is retired instead of reused:
- * no id is ever reissued. */
+ * Generations: the low two bits give the slot's state: 0 free, 1 a plain
+ * task, 3 a task with an extra record (keyed or periodic); 2 is never
+ * used. Freeing moves on to the next multiple of four, so an id
+ * (generation << 32 | slot) matches its slot only while that task lives,
+ * and the id itself tells cancel whether the task is plain: the fast path
+ * reads no more of the entry than its links and generation. A slot whose
+ * generation would wrap is retired instead of reused: no id is ever
+ * reissued. */
 #ifndef TW_POOL_H
 #define TW_POOL_H
 
@@ -47,11 +51,11 @@ struct tw__link {
     uint32_t next, prev;
 };
 
-/* Cancel reads link and gen first: the first 12 bytes share one cache line
- * at 7 of every 8 positions of the 40-byte stride. */
+/* Cancel reads link and gen only: those 12 bytes share one cache line at 7
+ * of every 8 positions of the 40-byte stride. */
 struct tw__entry {
     struct tw__link link;
-    uint32_t gen;      /* even = free, odd = in use */
+    uint32_t gen;      /* low bits: 0 free, 1 plain task, 3 with extra */
     uint32_t spare_;   /* padding to 40 bytes */
     tw_fn fn;
     void *arg;
@@ -107,8 +111,12 @@ TW__POOL_HOT int tw__pool_reserve(struct tw__pool *p, struct tw__mem *m)
     return (p->free_head != TW__NIL || p->used < p->cap) ? 0 : tw__pool_grow(p, m);
 }
 
-/* Takes a free slot (one must be reserved) and makes its generation odd. */
-TW__POOL_HOT uint32_t tw__pool_take(struct tw__pool *p, uint32_t *gen)
+#define TW__GEN_PLAIN 1u
+#define TW__GEN_EXTRA 3u
+
+/* Takes a free slot (one must be reserved) for a task of class cls
+ * (TW__GEN_PLAIN or TW__GEN_EXTRA), which its generation then shows. */
+TW__POOL_HOT uint32_t tw__pool_take(struct tw__pool *p, uint32_t *gen, uint32_t cls)
 {
     uint32_t i = p->free_head;
     if (__builtin_expect(i != TW__NIL, 1)) {
@@ -117,15 +125,16 @@ TW__POOL_HOT uint32_t tw__pool_take(struct tw__pool *p, uint32_t *gen)
         i = p->used++; /* a slot never used: generation 0, free */
         p->entries[i].gen = 0;
     }
-    *gen = ++p->entries[i].gen;
+    *gen = p->entries[i].gen += cls;
     return i;
 }
 
-/* Returns a slot; its generation becomes even, so every id naming it is
- * stale from now on. */
+/* Returns a slot; its generation moves to the next multiple of four, so
+ * every id naming it is stale from now on. */
 TW__POOL_HOT void tw__pool_put(struct tw__pool *p, uint32_t i)
 {
-    if (__builtin_expect(++p->entries[i].gen == 0, 0)) { /* wrapped: retire */
+    uint32_t *g = &p->entries[i].gen;
+    if (__builtin_expect((*g = (*g | 3u) + 1u) == 0, 0)) { /* wrapped: retire */
         p->retired++;
         return;
     }

@@ -258,7 +258,8 @@ static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
                            uint64_t deadline, uint64_t dt, tw_fn fn,
                            void *arg, uint32_t *slot)
 {
-    uint32_t gen, i = tw__pool_take(&e->pool, &gen);
+    uint32_t gen, i = tw__pool_take(&e->pool, &gen,
+                                    fn == tw__extra_marker ? TW__GEN_EXTRA : TW__GEN_PLAIN);
     struct tw__entry *en = tw__pool_entry(&e->pool, i);
     en->deadline = deadline;
     en->fn = fn;
@@ -322,19 +323,32 @@ static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_n
     return rc;
 }
 
-/* Returns 0 after queueing a bucket that just became non-empty; a tail
- * call, so that the fast path below needs no stack frame of its own. */
-static __attribute__((noinline)) int queue_new_bucket(struct tw__engine *e, uint32_t bn,
-                                                      uint64_t exp)
+/* The fast path below just made list head `self` non-empty: mark the
+ * list, and queue its bucket if that was empty. The bucket's expiration is
+ * worked out again from the one task on the list (the same arithmetic as
+ * the fast path's, on the same clock), so that the fast path need not keep
+ * it. Returns 0; a tail call. */
+static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t self)
 {
-    tw__wheel_queue_bucket(e, bn, exp);
+    uint32_t j, bn = tw__sent_bucket(e, self, &j);
+    struct tw__bucket *b = tw__bucket_at(e, bn);
+    uint32_t was = b->mask;
+    b->mask = was | (1u << j);
+    if (!was) {
+        uint64_t dt = tw__ticks_ceil(e, tw__pool_entry(&e->pool, tw__link_at(e, self)->next)->deadline);
+        if (dt < e->cur)
+            dt = e->cur;
+        tw__wheel_queue_bucket(e, bn, tw__wheel_bucket_exp(e, dt, bn >> e->bits));
+    }
     return 0;
 }
 
 /* The manual-mode fast path: no lock, no bound to check, one engine. What
  * needs memory (a new level, a new pool capacity) goes the general way.
- * Written out rather than composed from helpers so that every call is a
- * tail call: the instruction count per schedule is a published figure. */
+ * Written out rather than composed from helpers, and ordered so that the
+ * level and bucket are dead before the slot is taken: the instruction
+ * count per schedule is a published figure, and fewer live values means
+ * fewer registers saved and restored. */
 int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                 tw_id *id)
 {
@@ -348,30 +362,42 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     uint32_t k = tw__level_for(e, dt);
     if (__builtin_expect(k >= e->nlevels, 0))
         return add_plain(t, 0, deadline, fn, arg, id);
+    /* the head of list 0 of the task's bucket; list j's is first - j */
+    const struct tw__level *lv = &e->lv[k];
+    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->mask) << TW__SUB_BITS);
+
     struct tw__pool *p = &e->pool;
+    struct tw__entry *P = p->entries;
     uint32_t i = p->free_head;
     if (__builtin_expect(i != TW__NIL, 1)) {
-        p->free_head = p->entries[i].link.next;
+        p->free_head = P[i].link.next;
     } else if (p->used < p->cap) {
         i = p->used++;
-        p->entries[i].gen = 0;
+        P[i].gen = 0;
     } else {
         return add_plain(t, 0, deadline, fn, arg, id);
     }
-    struct tw__entry *en = &p->entries[i];
-    uint32_t gen = ++en->gen;
+    struct tw__entry *en = &P[i];
+    uint32_t gen = en->gen += TW__GEN_PLAIN;
     en->deadline = deadline;
     en->fn = fn;
     en->arg = arg;
-
     e->pending++;
     e->scheduled++;
     if (id)
         *id = ((uint64_t)gen << 32) | i; /* one shard: no shard bits */
-    uint32_t bn = tw__wheel_append(e, i, en, dt, k);
-    if (__builtin_expect(bn == TW__NIL, 1))
+
+    /* append to list i % 8 of the bucket (see tw__wheel_append) */
+    uint32_t self = first - (i & (TW__SUBS - 1u));
+    struct tw__link *h = &P[(int32_t)self].link;
+    uint32_t tail = h->prev;
+    en->link.next = self;
+    h->prev = i;
+    en->link.prev = tail;
+    P[(int32_t)tail].link.next = i; /* the head itself if the list was empty */
+    if (__builtin_expect(tail != self, 1))
         return 0;
-    return queue_new_bucket(e, bn, tw__wheel_bucket_exp(e, dt, k));
+    return list_started(e, self);
 }
 
 int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn, void *arg,
@@ -530,12 +556,14 @@ static __attribute__((noinline)) int cancel_slow(tw_timer *t, tw_id id)
 
 static __attribute__((noinline)) int sub_emptied(struct tw__engine *e, uint32_t s)
 {
-    tw__wheel_sub_emptied(e, s);
+    if (s != TW__EXPIRED_SENT)
+        tw__wheel_sub_emptied(e, s);
     return 0;
 }
 
-/* The manual-mode fast path of cancel: one cache line read (the entry and
- * its generation aside), its two neighbours only written. */
+/* The manual-mode fast path of cancel: 12 bytes of the entry read (links
+ * and generation; the id's generation says whether it is a plain task),
+ * its two neighbours only written. */
 int tw_cancel(tw_timer *t, tw_id id)
 {
     if (__builtin_expect(!t || t->slow, 0))
@@ -544,23 +572,23 @@ int tw_cancel(tw_timer *t, tw_id id)
     struct tw__pool *p = &e->pool;
     uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
     struct tw__entry *en = &p->entries[i];
-    if (i >= p->used || !(gen & 1u) || en->gen != gen)
+    if (i >= p->used || en->gen != gen || !(gen & 1u))
         return -ENOENT;
-    if (__builtin_expect(tw__is_extra(en), 0))
+    if (__builtin_expect(gen & 2u, 0)) /* TW__GEN_EXTRA */
         return cancel_extra(t, e, i, en);
     uint32_t n = en->link.next, pv = en->link.prev;
     tw__pool_link(p, pv)->next = n; /* entries or list heads alike */
     tw__pool_link(p, n)->prev = pv;
     e->cancelled++;
     e->pending--;
-    if (__builtin_expect(++en->gen != 0, 1)) {
+    if (__builtin_expect((en->gen = gen + 3u) != 0, 1)) { /* next multiple of 4 */
         en->link.next = p->free_head;
         p->free_head = i;
     } else {
         p->retired++; /* generation wrapped: never reuse the slot */
     }
     /* n == pv only when both are the sentinel of a list just emptied */
-    if (__builtin_expect(n == pv, 0) && n != TW__EXPIRED_SENT)
+    if (__builtin_expect(n == pv, 0))
         return sub_emptied(e, n);
     return 0;
 }

@@ -207,9 +207,11 @@ TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
     uint32_t self = lv->sb - ((slot << TW__SUB_BITS) | j);
     struct tw__link *h = tw__link_at(e, self);
     uint32_t tail = h->prev;
+    /* (stores ordered so that GCC does not merge the two links through a
+     * vector register: four instructions for two) */
     en->link.next = self;
-    en->link.prev = tail;
     h->prev = i;
+    en->link.prev = tail;
     tw__link_at(e, tail)->next = i; /* the head itself if the list was empty */
     if (__builtin_expect(tail != self, 1))
         return TW__NIL;
