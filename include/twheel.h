@@ -71,7 +71,10 @@ struct tw_allocator {
 struct tw_options {
     uint64_t tick_ns;             /* level-0 tick; default 1 ms (1000000) */
     uint32_t wheel_size;          /* slots per level: power of two in
-                                     [2, TW_MAX_WHEEL_SIZE]; default 64 */
+                                     [2, TW_MAX_WHEEL_SIZE]; default 64.
+                                     A level, made when first needed,
+                                     costs wheel_size * 328 bytes (21 KB
+                                     at 64) */
     uint64_t max_pending;         /* 0 = unbounded; else schedule beyond it
                                      returns -EAGAIN */
     uint64_t (*clock)(void *ctx); /* NULL = CLOCK_MONOTONIC in ns */
@@ -91,7 +94,10 @@ struct tw_options {
                                      timer sized here never does. */
 };
 
-#define TW_MAX_WHEEL_SIZE (1u << 12) /* a bucket is 328 bytes */
+/* Largest wheel_size: 4096, i.e. at most 1.3 MB a level. A bucket is
+ * eight 40-byte list heads (its tasks are spread over eight lists, so
+ * that walking it keeps eight cache misses in flight) and 8 bytes. */
+#define TW_MAX_WHEEL_SIZE (1u << 12)
 
 /* Periodic flags (exactly one). */
 #define TW_FIXED_RATE  1 /* next deadline = previous deadline + period.
