@@ -120,10 +120,11 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     /* the levels' limits follow the clock */
     for (uint32_t k = 0; k < e->max_levels; k++)
         if (e->lv[k].last != tw__wheel_level_last(e, k, e->cur) ||
-            e->lv[k].shift != e->bits * k || e->lv[k].sb != tw__sent(e, k << e->bits, 0))
-            FAIL(c, "level %u: last tick %llu, expected %llu", k,
-                 (unsigned long long)e->lv[k].last,
-                 (unsigned long long)tw__wheel_level_last(e, k, e->cur));
+            e->lv[k].shift != e->bits * k || e->lv[k].sb != tw__sent(k << e->bits, 0))
+            FAIL(c, "level %u: last tick %llu (expected %llu), shift %u, first head %#x",
+                 k, (unsigned long long)e->lv[k].last,
+                 (unsigned long long)tw__wheel_level_last(e, k, e->cur), e->lv[k].shift,
+                 e->lv[k].sb);
 
     /* every bucket */
     for (uint32_t k = 0; k < e->nlevels; k++) {
@@ -133,8 +134,8 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             struct tw__bucket *b = &e->level[k][s];
             uint32_t mask = 0;
             for (uint32_t j = 0; j < TW__SUBS; j++)
-                mask |= (uint32_t)(tw__link_at(e, tw__sent(e, bn, j))->next !=
-                                   tw__sent(e, bn, j)) << j;
+                mask |= (uint32_t)(tw__link_at(e, tw__sent(bn, j))->next !=
+                                   tw__sent(bn, j)) << j;
             if (mask != b->mask)
                 FAIL(c, "bucket %u: list mask %#x, lists say %#x", bn, b->mask, mask);
             int empty = mask == 0;
@@ -162,7 +163,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             struct placement p = { k, exp, 0, 0 };
             for (uint32_t j = 0; j < TW__SUBS; j++) {
                 p.sub = j;
-                listed += walk(c, e, tw__sent(e, bn, j), limit, check_placed, &p);
+                listed += walk(c, e, tw__sent(bn, j), limit, check_placed, &p);
             }
             keyed += p.keyed;
         }

@@ -16,8 +16,9 @@
  * Nothing is copied while the pool stays under its high-water mark, so a
  * warm timer never pays it again. The list heads of the wheel's buckets
  * sit in the same block, in front of slot 0 (below), so making a new level
- * copies the block once too: at most once per level in a timer's life. Slots never used are not touched, so
- * unused capacity costs address space, not resident memory.
+ * copies the block once too: at most once per level in a timer's life.
+ * Slots never used are not touched, so unused capacity costs address
+ * space, not resident memory.
  *
  * Generations: the low two bits give the slot's state: 0 free, 1 a plain
  * task, 3 a task with an extra record (keyed or periodic); 2 is never

@@ -330,11 +330,8 @@ static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_n
  * it. Returns 0; a tail call. */
 static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t self)
 {
-    uint32_t j, bn = tw__sent_bucket(e, self, &j);
-    struct tw__bucket *b = tw__bucket_at(e, bn);
-    uint32_t was = b->mask;
-    b->mask = was | (1u << j);
-    if (!was) {
+    uint32_t bn = tw__wheel_sub_started(e, self);
+    if (bn != TW__NIL) {
         uint64_t dt = tw__ticks_ceil(e, tw__pool_entry(&e->pool, tw__link_at(e, self)->next)->deadline);
         if (dt < e->cur)
             dt = e->cur;
@@ -556,8 +553,7 @@ static __attribute__((noinline)) int cancel_slow(tw_timer *t, tw_id id)
 
 static __attribute__((noinline)) int sub_emptied(struct tw__engine *e, uint32_t s)
 {
-    if (s != TW__EXPIRED_SENT)
-        tw__wheel_sub_emptied(e, s);
+    tw__wheel_sub_emptied(e, s);
     return 0;
 }
 

@@ -94,7 +94,7 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
         }
         for (uint32_t s = 0; s < e->wsize; s++) {
             for (uint32_t j = 0; j < TW__SUBS; j++)
-                sent_init(e, tw__sent(e, (lv << e->bits) | s, j));
+                sent_init(e, tw__sent((lv << e->bits) | s, j));
             b[s].heap_index = TW__NOT_QUEUED;
             b[s].mask = 0;
         }
@@ -153,7 +153,7 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     for (uint32_t k = 0; k < e->max_levels; k++) {
         e->lv[k].last = tw__wheel_level_last(e, k, e->cur);
         e->lv[k].shift = e->bits * k;
-        e->lv[k].sb = tw__sent(e, k << e->bits, 0);
+        e->lv[k].sb = tw__sent(k << e->bits, 0);
     }
     int rc = tw__pool_grow_front(&e->pool, m, 2); /* index -1 is TW__NIL */
     if (!rc) {
@@ -179,9 +179,20 @@ void tw__wheel_queue_bucket(struct tw__engine *e, uint32_t bn, uint64_t exp)
     tw__dq_push(&e->dq, exp, bn, &tw__bucket_at(e, bn)->heap_index);
 }
 
+uint32_t tw__wheel_sub_started(struct tw__engine *e, uint32_t s)
+{
+    uint32_t j, bn = tw__sent_bucket(s, &j);
+    struct tw__bucket *b = tw__bucket_at(e, bn);
+    uint32_t was = b->mask;
+    b->mask = was | (1u << j);
+    return was ? TW__NIL : bn;
+}
+
 void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s)
 {
-    uint32_t j, bn = tw__sent_bucket(e, s, &j);
+    if (s == TW__EXPIRED_SENT)
+        return;
+    uint32_t j, bn = tw__sent_bucket(s, &j);
     struct tw__bucket *b = tw__bucket_at(e, bn);
     b->mask &= ~(1u << j);
     if (!b->mask && b->heap_index != TW__NOT_QUEUED)
@@ -210,7 +221,7 @@ static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
     struct tw__bucket *b = tw__bucket_at(e, bn);
     uint32_t cursor[TW__SUBS], live = 0, nsubs = TW__SUBS;
     for (uint32_t j = 0; j < nsubs; j++) {
-        uint32_t self = tw__sent(e, bn, j);
+        uint32_t self = tw__sent(bn, j);
         struct tw__link *h = tw__link_at(e, self);
         cursor[j] = h->next;
         live += cursor[j] != self;
@@ -219,7 +230,7 @@ static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
     b->mask = 0;
     while (live) {
         for (uint32_t j = 0; j < nsubs; j++) {
-            uint32_t i = cursor[j], self = tw__sent(e, bn, j);
+            uint32_t i = cursor[j], self = tw__sent(bn, j);
             if (i == self)
                 continue;
             struct tw__entry *en = tw__pool_entry(&e->pool, i);
@@ -266,7 +277,7 @@ void tw__wheel_collect_all(struct tw__engine *e)
         struct tw__bucket *b = tw__bucket_at(e, bn);
         tw__dq_remove(&e->dq, e->dq.n - 1);
         for (uint32_t j = 0; j < TW__SUBS; j++) {
-            uint32_t self = tw__sent(e, bn, j);
+            uint32_t self = tw__sent(bn, j);
             struct tw__link *h = tw__link_at(e, self);
             uint32_t first = h->next, last = h->prev;
             h->next = h->prev = self;

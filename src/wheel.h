@@ -93,17 +93,15 @@ TW__HOT struct tw__bucket *tw__bucket_at(const struct tw__engine *e,
 }
 
 /* The sentinel of list j of bucket bn. */
-TW__HOT uint32_t tw__sent(const struct tw__engine *e, uint32_t bn, uint32_t j)
+TW__HOT uint32_t tw__sent(uint32_t bn, uint32_t j)
 {
-    (void)e;
     return TW__EXPIRED_SENT - 1u - ((bn << TW__SUB_BITS) | j);
 }
 
 /* The bucket number of a bucket list's sentinel s, and its list in *j. */
-TW__HOT uint32_t tw__sent_bucket(const struct tw__engine *e, uint32_t s, uint32_t *j)
+TW__HOT uint32_t tw__sent_bucket(uint32_t s, uint32_t *j)
 {
     uint32_t o = TW__EXPIRED_SENT - 1u - s;
-    (void)e;
     *j = o & (TW__SUBS - 1u);
     return o >> TW__SUB_BITS;
 }
@@ -164,8 +162,13 @@ static inline int tw__wheel_reserve(struct tw__engine *e, uint64_t dt)
  * needs a level above the one reserved here. 0 or -ENOMEM. */
 int tw__wheel_reserve_period(struct tw__engine *e, uint64_t period_ns);
 
-/* List sentinel s just became empty: its bucket leaves the delay queue
- * when no list of it is left. */
+/* List sentinel s just became empty: if it is a bucket's list, the bucket
+ * leaves the delay queue when no list of it is left (the expired list
+ * needs nothing). */
+/* Bucket list s just got its first task: marks it. Returns the bucket's
+ * number if the whole bucket was empty until now (the caller queues it),
+ * else TW__NIL. */
+uint32_t tw__wheel_sub_started(struct tw__engine *e, uint32_t s);
 void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s);
 void tw__wheel_queue_bucket(struct tw__engine *e, uint32_t bn, uint64_t exp);
 
@@ -190,7 +193,7 @@ TW__HOT void tw__list_unlink(struct tw__engine *e, struct tw__entry *en)
     tw__link_at(e, p)->next = n;
     tw__link_at(e, n)->prev = p;
     /* n == p only when both are the sentinel of a list we just emptied */
-    if (__builtin_expect(n == p, 0) && n != TW__EXPIRED_SENT)
+    if (__builtin_expect(n == p, 0))
         tw__wheel_sub_emptied(e, n);
 }
 
@@ -215,10 +218,7 @@ TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
     tw__link_at(e, tail)->next = i; /* the head itself if the list was empty */
     if (__builtin_expect(tail != self, 1))
         return TW__NIL;
-    struct tw__bucket *b = &e->level[k][slot];
-    uint32_t was = b->mask;
-    b->mask = was | (1u << j);
-    return was ? TW__NIL : (k << e->bits) | slot;
+    return tw__wheel_sub_started(e, self);
 }
 
 /* A bucket's expiration: dt rounded down to its level's width. */
