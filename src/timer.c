@@ -180,7 +180,6 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
     t->threaded = o.threaded;
     t->nshards = choose_shards(&o);
     t->shard_bits = (uint32_t)__builtin_ctz(t->nshards);
-    t->slow = t->threaded || t->max_pending;
     atomic_init(&t->total_pending, 0);
 
     /* the shards are cache-line aligned: over-allocate and align */
@@ -219,7 +218,7 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
             break;
         }
     }
-    t->e0 = &t->shards[0].eng;
+    t->fast = t->threaded || t->max_pending ? NULL : &t->shards[0].eng;
     if (!rc && t->threaded)
         rc = tw__runtime_start(t, &o);
     if (rc) {
@@ -349,11 +348,17 @@ static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t
 int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                 tw_id *id)
 {
-    if (__builtin_expect(!t || !fn || t->slow, 0))
+    struct tw__engine *e;
+    if (__builtin_expect(!t || !fn || !(e = t->fast), 0))
         return schedule_slow(t, delay_ns, fn, arg, id);
-    struct tw__engine *e = t->e0;
-    uint64_t deadline = sat_add(e->now_ns, delay_ns);
-    uint64_t dt = tw__ticks_ceil(e, deadline);
+    /* Deadlines past the next 292 years (and sums that wrap, which
+     * saturate) go the general way: below that, the tick is one multiply
+     * and one shift (tickdiv.h). */
+    uint64_t deadline;
+    if (__builtin_expect(__builtin_add_overflow(e->now_ns, delay_ns, &deadline) ||
+                         deadline > e->tick.lim, 0))
+        return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
+    uint64_t dt = tw__div_ceil_hot(&e->tick, deadline);
     if (dt < e->cur)
         dt = e->cur; /* due: the current tick's bucket */
     uint32_t k = tw__level_for(e, dt);
@@ -562,9 +567,9 @@ static __attribute__((noinline)) int sub_emptied(struct tw__engine *e, uint32_t 
  * its two neighbours only written. */
 int tw_cancel(tw_timer *t, tw_id id)
 {
-    if (__builtin_expect(!t || t->slow, 0))
+    struct tw__engine *e;
+    if (__builtin_expect(!t || !(e = t->fast), 0))
         return cancel_slow(t, id);
-    struct tw__engine *e = t->e0;
     struct tw__pool *p = &e->pool;
     uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
     struct tw__entry *en = &p->entries[i];

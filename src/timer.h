@@ -29,8 +29,10 @@ struct tw_timer {
                                        max_pending */
     uint32_t nshards, shard_bits;
     int threaded;
-    int slow;           /* threaded or max_pending: no manual fast path */
-    struct tw__engine *e0; /* shard 0's engine (the only one in manual) */
+    /* shard 0's engine when the manual fast paths of tw_schedule and
+     * tw_cancel apply (manual mode, no max_pending), else NULL: one load
+     * tells both whether they may run and where. */
+    struct tw__engine *fast;
     int in_dispatch;    /* manual: a callback of tw_advance is running */
     void *drain_arg;
     struct tw__runtime *rt;
