@@ -73,7 +73,7 @@ struct tw_options {
     uint32_t wheel_size;          /* slots per level: power of two in
                                      [2, TW_MAX_WHEEL_SIZE]; default 64.
                                      A level, made when first needed,
-                                     costs wheel_size * 328 bytes (21 KB
+                                     costs wheel_size * 296 bytes (19 KB
                                      at 64) */
     uint64_t max_pending;         /* 0 = unbounded; else schedule beyond it
                                      returns -EAGAIN */
@@ -94,8 +94,8 @@ struct tw_options {
                                      timer sized here never does. */
 };
 
-/* Largest wheel_size: 4096, i.e. at most 1.3 MB a level. A bucket is
- * eight 40-byte list heads (its tasks are spread over eight lists, so
+/* Largest wheel_size: 4096, i.e. at most 1.2 MB a level. A bucket is
+ * eight 36-byte list heads (its tasks are spread over eight lists, so
  * that walking it keeps eight cache misses in flight) and 8 bytes. */
 #define TW_MAX_WHEEL_SIZE (1u << 12)
 

@@ -71,7 +71,6 @@ static void sent_init(struct tw__engine *e, uint32_t s)
     en->fn = NULL;
     en->arg = NULL;
     en->deadline = 0;
-    en->spare_ = 0;
 }
 
 int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)

@@ -25,8 +25,8 @@
  * a single linked list of timers scattered over a large pool is a chain of
  * dependent DRAM misses (measured: 133 ns per fired timer at 10^6 with one
  * list). The list heads live in the pool, in front of slot 0 (see pool.h):
- * 40 bytes each, 320 bytes a bucket (so TW_MAX_WHEEL_SIZE is 4096: at most
- * 1.3 MB of heads a level). Sentinel -2 is the expired list's head; list j
+ * 36 bytes each, 288 bytes a bucket (so TW_MAX_WHEEL_SIZE is 4096: at most
+ * 1.2 MB of heads a level). Sentinel -2 is the expired list's head; list j
  * of bucket bn has sentinel -3 - (bn << TW__SUB_BITS | j). */
 #define TW__SUB_BITS 3u
 #define TW__SUBS (1u << TW__SUB_BITS)

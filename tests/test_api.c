@@ -664,7 +664,7 @@ static void test_stats_and_misc(void **state)
     assert_int_equal(s.fired, 0);
     assert_int_equal(s.levels, 3);
     assert_int_equal(s.queued_buckets, 2);
-    assert_int_equal(s.entry_bytes, 40);
+    assert_int_equal(s.entry_bytes, 36);
     assert_true(s.memory_bytes > 0);
     assert_int_equal(tw_advance(t, 20 * SEC), 2);
     tw_stats(t, &s);
