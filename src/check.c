@@ -48,7 +48,7 @@ static uint64_t walk(struct ctx *c, struct tw__engine *e, uint32_t self,
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
         if (en->link.prev != prev)
             FAIL(c, "slot %u: prev %u, expected %u", i, en->link.prev, prev);
-        if (!(*tw__pool_gen(&e->pool, i) & 1u))
+        if (!(*tw__pool_gen(&e->pool, i) & 3u))
             FAIL(c, "slot %u is listed but free", i);
         if (on_entry)
             on_entry(c, e, i, data);
@@ -177,9 +177,9 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     for (uint32_t i = 0; i < tw__pool_slots(&e->pool); i++) {
         uint32_t g = *tw__pool_gen(&e->pool, i);
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
-        if ((g & 3u) == 2u)
+        if ((g & 3u) == 3u)
             FAIL(c, "slot %u: generation %#x of no state", i, g);
-        if (!(g & 1u))
+        if (!(g & 3u))
             continue;
         allocated++;
         if (((g & 3u) == TW__GEN_EXTRA) != (en->fn == tw__extra_marker))
@@ -222,7 +222,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         seen++;
         if (x->slot >= tw__pool_slots(&e->pool) ||
             tw__pool_entry(&e->pool, x->slot)->arg != x ||
-            !(*tw__pool_gen(&e->pool, x->slot) & 1u))
+            !(*tw__pool_gen(&e->pool, x->slot) & 3u))
             FAIL(c, "key map entry %u names a dead task", s);
         else if (tw__keymap_find(e, x->key, x->keylen, x->hash) != x)
             FAIL(c, "key map entry %u cannot be found by its key", s);

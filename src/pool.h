@@ -21,11 +21,14 @@
  * space, not resident memory.
  *
  * Generations: the low two bits give the slot's state: 0 free, 1 a plain
- * task, 3 a task with an extra record (keyed or periodic); 2 is never
+ * task, 2 a task with an extra record (keyed or periodic); 3 is never
  * used. Freeing moves on to the next multiple of four, so an id
  * (generation << 32 | slot) matches its slot only while that task lives,
  * and the id itself tells cancel whether the task is plain: the fast path
- * reads no more of the entry than its links and generation. A slot whose
+ * reads no more of the entry than its links and generation. The encoding
+ * is chosen so that, once the id's generation equals the slot's, one bit
+ * (bit 0) sends cancel down the plain path; a free slot (0) and an extra
+ * task (2) share the rare branch, where bit 1 tells them apart. A slot whose
  * generation would wrap is retired instead of reused: no id is ever
  * reissued. */
 #ifndef TW_POOL_H
@@ -120,7 +123,7 @@ TW__POOL_HOT int tw__pool_reserve(struct tw__pool *p, struct tw__mem *m)
 }
 
 #define TW__GEN_PLAIN 1u
-#define TW__GEN_EXTRA 3u
+#define TW__GEN_EXTRA 2u
 
 /* Takes a free slot (one must be reserved) for a task of class cls
  * (TW__GEN_PLAIN or TW__GEN_EXTRA), which its generation then shows. */
@@ -154,7 +157,7 @@ TW__POOL_HOT void tw__pool_put(struct tw__pool *p, uint32_t i)
 TW__POOL_HOT uint32_t tw__pool_lookup(const struct tw__pool *p, uint32_t i,
                                       uint32_t gen)
 {
-    if (i >= p->used || !(gen & 1u) || p->entries[i].gen != gen)
+    if (i >= p->used || !(gen & 3u) || p->entries[i].gen != gen)
         return TW__NIL;
     return i;
 }

@@ -358,9 +358,10 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     if (__builtin_expect(__builtin_add_overflow(e->now_ns, delay_ns, &deadline) ||
                          deadline > e->tick.lim, 0))
         return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
+    /* dt >= cur with no clamp: cur <= floor(now / tick) (the end-of-time
+     * advance, which sets cur past that, leaves now at UINT64_MAX, where
+     * every deadline took the general path above), and deadline >= now. */
     uint64_t dt = tw__div_ceil_hot(&e->tick, deadline);
-    if (dt < e->cur)
-        dt = e->cur; /* due: the current tick's bucket */
     uint32_t k = tw__level_for(e, dt);
     if (__builtin_expect(k >= e->nlevels, 0))
         return add_plain(t, 0, deadline, fn, arg, id);
@@ -573,10 +574,12 @@ int tw_cancel(tw_timer *t, tw_id id)
     struct tw__pool *p = &e->pool;
     uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
     struct tw__entry *en = &p->entries[i];
-    if (i >= p->used || en->gen != gen || !(gen & 1u))
+    if (i >= p->used || en->gen != gen)
         return -ENOENT;
-    if (__builtin_expect(gen & 2u, 0)) /* TW__GEN_EXTRA */
-        return cancel_extra(t, e, i, en);
+    /* equal generations: bit 0 is the plain task; else an extra task (2),
+     * or an id made up to match a free slot (0) */
+    if (__builtin_expect(!(gen & TW__GEN_PLAIN), 0))
+        return (gen & TW__GEN_EXTRA) ? cancel_extra(t, e, i, en) : -ENOENT;
     uint32_t n = en->link.next, pv = en->link.prev;
     tw__pool_link(p, pv)->next = n; /* entries or list heads alike */
     tw__pool_link(p, n)->prev = pv;
