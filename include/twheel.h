@@ -73,7 +73,7 @@ struct tw_options {
     uint32_t wheel_size;          /* slots per level: power of two in
                                      [2, TW_MAX_WHEEL_SIZE]; default 64.
                                      A level, made when first needed,
-                                     costs wheel_size * 296 bytes (19 KB
+                                     costs wheel_size * 72 bytes (4.5 KB
                                      at 64) */
     uint64_t max_pending;         /* 0 = unbounded; else schedule beyond it
                                      returns -EAGAIN */
@@ -91,11 +91,13 @@ struct tw_options {
     uint64_t capacity;            /* tasks to make room for at creation
                                      (0 = grow on demand). The pool doubles
                                      when full, copying itself once; a
-                                     timer sized here never does. */
+                                     timer sized here never does. A timer
+                                     holds at most 238,609,294 tasks per
+                                     shard (then -ENOMEM). */
 };
 
-/* Largest wheel_size: 4096, i.e. at most 1.2 MB a level. A bucket is
- * eight 36-byte list heads (its tasks are spread over eight lists, so
+/* Largest wheel_size: 4096, i.e. at most 288 KB a level. A bucket is
+ * eight 8-byte list heads (its tasks are spread over eight lists, so
  * that walking it keeps eight cache misses in flight) and 8 bytes. */
 #define TW_MAX_WHEEL_SIZE (1u << 12)
 

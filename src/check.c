@@ -32,13 +32,14 @@ static uint64_t walk(struct ctx *c, struct tw__engine *e, uint32_t self,
 {
     uint64_t n = 0;
     uint32_t prev = self;
-    for (uint32_t i = tw__link_at(e, self)->next; i != self;) {
-        if (i & TW__SENT) {
-            FAIL(c, "list %#x reaches foreign sentinel %#x", self, i);
+    for (uint32_t r = tw__link_at(e, self)->next; r != self;) {
+        if (r & TW__SENT) {
+            FAIL(c, "list %#x reaches foreign sentinel %#x", self, r);
             return n;
         }
-        if (i >= tw__pool_slots(&e->pool)) {
-            FAIL(c, "list %#x holds slot %u out of range", self, i);
+        uint32_t i = tw__ref_slot(r);
+        if (i >= tw__pool_slots(&e->pool) || tw__ref(i) != r) {
+            FAIL(c, "list %#x holds ref %u, not a slot's", self, r);
             return n;
         }
         if (++n > limit) {
@@ -52,8 +53,8 @@ static uint64_t walk(struct ctx *c, struct tw__engine *e, uint32_t self,
             FAIL(c, "slot %u is listed but free", i);
         if (on_entry)
             on_entry(c, e, i, data);
-        prev = i;
-        i = en->link.next;
+        prev = r;
+        r = en->link.next;
     }
     if (tw__link_at(e, self)->prev != prev)
         FAIL(c, "list %#x: tail %u, expected %u", self, tw__link_at(e, self)->prev, prev);

@@ -35,14 +35,18 @@ static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint
 
 int tw__pool_grow_to(struct tw__pool *p, struct tw__mem *m, uint64_t want)
 {
-    uint32_t limit = p->max_slots ? p->max_slots : TW__MAX_SLOTS;
+    uint32_t limit = p->max_slots && p->max_slots < TW__MAX_SLOTS ? p->max_slots : TW__MAX_SLOTS;
     if (p->cap >= limit || want <= p->cap)
         return p->cap >= want ? 0 : -ENOMEM;
     return relocate(p, m, p->front, want > limit ? limit : (uint32_t)want);
 }
 
-int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nfront)
+int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nsent)
 {
+    /* 8 bytes a head, and 8 more for what TW__NIL reaches; in whole
+     * 36-byte units, so that slot 0 keeps its alignment */
+    uint64_t bytes = 8 * ((uint64_t)nsent + 1);
+    uint32_t nfront = (uint32_t)((bytes + sizeof(struct tw__entry) - 1) / sizeof(struct tw__entry));
     return nfront <= p->front ? 0 : relocate(p, m, nfront, p->cap);
 }
 

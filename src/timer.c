@@ -331,7 +331,7 @@ static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t
 {
     uint32_t bn = tw__wheel_sub_started(e, self);
     if (bn != TW__NIL) {
-        uint64_t dt = tw__ticks_ceil(e, tw__pool_entry(&e->pool, tw__link_at(e, self)->next)->deadline);
+        uint64_t dt = tw__ticks_ceil(e, tw__ref_entry(&e->pool, tw__link_at(e, self)->next)->deadline);
         if (dt < e->cur)
             dt = e->cur;
         tw__wheel_queue_bucket(e, bn, tw__wheel_bucket_exp(e, dt, bn >> e->bits));
@@ -365,9 +365,9 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     uint32_t k = tw__level_for(e, dt);
     if (__builtin_expect(k >= e->nlevels, 0))
         return add_plain(t, 0, deadline, fn, arg, id);
-    /* the head of list 0 of the task's bucket; list j's is first - j */
+    /* the head of list 0 of the task's bucket; list j's is first - 2j */
     const struct tw__level *lv = &e->lv[k];
-    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->mask) << TW__SUB_BITS);
+    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->mask) << (TW__SUB_BITS + 1));
 
     struct tw__pool *p = &e->pool;
     struct tw__entry *P = p->entries;
@@ -391,13 +391,13 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
         *id = ((uint64_t)gen << 32) | i; /* one shard: no shard bits */
 
     /* append to list i % 8 of the bucket (see tw__wheel_append) */
-    uint32_t self = first - (i & (TW__SUBS - 1u));
-    struct tw__link *h = &P[(int32_t)self].link;
+    uint32_t self = first - ((i & (TW__SUBS - 1u)) << 1), r = tw__ref(i);
+    struct tw__link *h = tw__pool_link(p, self);
     uint32_t tail = h->prev;
     en->link.next = self;
-    h->prev = i;
+    h->prev = r;
     en->link.prev = tail;
-    P[(int32_t)tail].link.next = i; /* the head itself if the list was empty */
+    tw__pool_link(p, tail)->next = r; /* the head itself if the list was empty */
     if (__builtin_expect(tail != self, 1))
         return 0;
     return list_started(e, self);
@@ -798,8 +798,9 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
     size_t n = 0;
     tw__shard_lock(t, sh);
     tw__wheel_collect_all(e);
-    uint32_t i;
-    while ((i = tw__expired_first(e)) != TW__EXPIRED_SENT) {
+    uint32_t r;
+    while ((r = tw__expired_first(e)) != TW__EXPIRED_SENT) {
+        uint32_t i = tw__ref_slot(r);
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
         tw__list_unlink(e, en);
         tw_id id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));

@@ -100,9 +100,10 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
                                struct tw__job *j)
 {
     struct tw__engine *e = &t->shards[si].eng;
-    uint32_t i = tw__expired_first(e);
-    if (i == TW__EXPIRED_SENT)
+    uint32_t r = tw__expired_first(e);
+    if (r == TW__EXPIRED_SENT)
         return -ENOENT;
+    uint32_t i = tw__ref_slot(r);
     struct tw__entry *en = tw__pool_entry(&e->pool, i);
     tw__list_unlink(e, en);
     tw__late_record(e, now > en->deadline ? now - en->deadline : 0);

@@ -48,9 +48,10 @@
  * each list is FIFO, so tasks whose deadlines are a tick or more apart fire
  * in deadline order and ties fire in a deterministic order.
  *
- * Cancel: lists are doubly linked through 32-bit slot indices; a list's
- * head (sentinel) is a link of its own in front of slot 0 (pool.h), so
- * links to heads and to entries are followed the same way. An entry
+ * Cancel: lists are doubly linked through 32-bit refs (scaled offsets
+ * from slot 0); a list's head (sentinel) is a link of its own in front of
+ * slot 0 (pool.h), so links to heads and to entries are followed the same
+ * way. An entry
  * therefore need not remember its bucket: unlinking it touches only its
  * two neighbours, and finding both neighbours to be the same sentinel is
  * what tells us that bucket just became empty, so it leaves the heap at
@@ -66,11 +67,6 @@ static void sent_init(struct tw__engine *e, uint32_t s)
 {
     struct tw__link *h = tw__link_at(e, s);
     h->next = h->prev = s;
-    struct tw__entry *en = (struct tw__entry *)h;
-    en->gen = 0; /* never a live task's */
-    en->fn = NULL;
-    en->arg = NULL;
-    en->deadline = 0;
 }
 
 int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
@@ -78,7 +74,7 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
     if (k >= e->max_levels)
         return -ENOMEM; /* cannot happen: the top level covers 2^64 */
     while (e->nlevels <= k) {
-        uint32_t lv = e->nlevels, heads = e->wsize << TW__SUB_BITS;
+        uint32_t lv = e->nlevels;
         /* reserve the delay-queue room for the new buckets first */
         int rc = tw__dq_reserve(&e->dq, e->mem, (lv + 1) * e->wsize);
         if (rc)
@@ -87,7 +83,7 @@ int tw__wheel_add_levels(struct tw__engine *e, uint32_t k)
             tw__alloc(e->mem, (size_t)e->wsize * sizeof(*b));
         if (!b)
             return -ENOMEM;
-        if ((rc = tw__pool_grow_front(&e->pool, e->mem, 2 + (lv + 1) * heads))) {
+        if ((rc = tw__pool_grow_front(&e->pool, e->mem, tw__sent_count(e, lv + 1)))) {
             tw__free(e->mem, b, (size_t)e->wsize * sizeof(*b));
             return rc;
         }
@@ -154,7 +150,7 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
         e->lv[k].shift = e->bits * k;
         e->lv[k].sb = tw__sent(k << e->bits, 0);
     }
-    int rc = tw__pool_grow_front(&e->pool, m, 2); /* index -1 is TW__NIL */
+    int rc = tw__pool_grow_front(&e->pool, m, tw__sent_count(e, 0));
     if (!rc) {
         sent_init(e, TW__EXPIRED_SENT);
         rc = tw__wheel_add_levels(e, 0);
@@ -229,14 +225,15 @@ static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
     b->mask = 0;
     while (live) {
         for (uint32_t j = 0; j < nsubs; j++) {
-            uint32_t i = cursor[j], self = tw__sent(bn, j);
-            if (i == self)
+            uint32_t r = cursor[j], self = tw__sent(bn, j);
+            if (r == self)
                 continue;
-            struct tw__entry *en = tw__pool_entry(&e->pool, i);
+            struct tw__entry *en = tw__ref_entry(&e->pool, r);
+            uint32_t i = tw__ref_slot(r);
             uint32_t next = en->link.next;
             cursor[j] = next;
             if (next != self)
-                __builtin_prefetch(tw__pool_entry(&e->pool, next));
+                __builtin_prefetch(tw__ref_entry(&e->pool, next));
             else
                 live--;
             uint64_t dt;

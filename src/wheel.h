@@ -25,9 +25,8 @@
  * a single linked list of timers scattered over a large pool is a chain of
  * dependent DRAM misses (measured: 133 ns per fired timer at 10^6 with one
  * list). The list heads live in the pool, in front of slot 0 (see pool.h):
- * 36 bytes each, 288 bytes a bucket (so TW_MAX_WHEEL_SIZE is 4096: at most
- * 1.2 MB of heads a level). Sentinel -2 is the expired list's head; list j
- * of bucket bn has sentinel -3 - (bn << TW__SUB_BITS | j). */
+ * 8 bytes each, 64 bytes a bucket. Ref -3 is the expired list's head; list
+ * j of bucket bn has ref -5 - 2 * (bn << TW__SUB_BITS | j). */
 #define TW__SUB_BITS 3u
 #define TW__SUBS (1u << TW__SUB_BITS)
 
@@ -92,27 +91,34 @@ TW__HOT struct tw__bucket *tw__bucket_at(const struct tw__engine *e,
     return &e->level[bn >> e->bits][bn & e->mask];
 }
 
-/* The sentinel of list j of bucket bn. */
+/* The sentinel (ref) of list j of bucket bn. */
 TW__HOT uint32_t tw__sent(uint32_t bn, uint32_t j)
 {
-    return TW__EXPIRED_SENT - 1u - ((bn << TW__SUB_BITS) | j);
+    return TW__EXPIRED_SENT - 2u - (((bn << TW__SUB_BITS) | j) << 1);
 }
 
 /* The bucket number of a bucket list's sentinel s, and its list in *j. */
 TW__HOT uint32_t tw__sent_bucket(uint32_t s, uint32_t *j)
 {
-    uint32_t o = TW__EXPIRED_SENT - 1u - s;
+    uint32_t o = (TW__EXPIRED_SENT - 2u - s) >> 1;
     *j = o & (TW__SUBS - 1u);
     return o >> TW__SUB_BITS;
 }
 
-/* The link of slot or sentinel i: one address computation for both. */
-TW__HOT struct tw__link *tw__link_at(const struct tw__engine *e, uint32_t i)
+/* The list heads in front of slot 0 while the wheel has nlevels levels. */
+TW__HOT uint32_t tw__sent_count(const struct tw__engine *e, uint32_t nlevels)
 {
-    return tw__pool_link(&e->pool, i);
+    return 1u + ((nlevels * e->wsize) << TW__SUB_BITS);
 }
 
-/* The first task on the expired list, or TW__EXPIRED_SENT. */
+/* The link that ref r names: one address computation for entries and
+ * list heads alike. */
+TW__HOT struct tw__link *tw__link_at(const struct tw__engine *e, uint32_t r)
+{
+    return tw__pool_link(&e->pool, r);
+}
+
+/* The ref of the first task on the expired list, or TW__EXPIRED_SENT. */
 TW__HOT uint32_t tw__expired_first(const struct tw__engine *e)
 {
     return tw__link_at(e, TW__EXPIRED_SENT)->next;
@@ -177,11 +183,11 @@ TW__HOT void tw__list_append(struct tw__engine *e, uint32_t s,
                                    uint32_t i, struct tw__entry *en)
 {
     struct tw__link *head = tw__link_at(e, s);
-    uint32_t tail = head->prev;
+    uint32_t tail = head->prev, r = tw__ref(i);
     en->link.next = s;
     en->link.prev = tail;
-    tw__link_at(e, tail)->next = i;
-    head->prev = i;
+    tw__link_at(e, tail)->next = r;
+    head->prev = r;
 }
 
 /* Unlinks an entry from whatever list holds it; a bucket left empty leaves
@@ -207,15 +213,15 @@ TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
     const struct tw__level *lv = &e->lv[k];
     uint32_t slot = (uint32_t)(dt >> lv->shift) & e->mask;
     uint32_t j = i & (TW__SUBS - 1u);
-    uint32_t self = lv->sb - ((slot << TW__SUB_BITS) | j);
+    uint32_t self = lv->sb - (((slot << TW__SUB_BITS) | j) << 1);
     struct tw__link *h = tw__link_at(e, self);
-    uint32_t tail = h->prev;
+    uint32_t tail = h->prev, r = tw__ref(i);
     /* (stores ordered so that GCC does not merge the two links through a
      * vector register: four instructions for two) */
     en->link.next = self;
-    h->prev = i;
+    h->prev = r;
     en->link.prev = tail;
-    tw__link_at(e, tail)->next = i; /* the head itself if the list was empty */
+    tw__link_at(e, tail)->next = r; /* the head itself if the list was empty */
     if (__builtin_expect(tail != self, 1))
         return TW__NIL;
     return tw__wheel_sub_started(e, self);
