@@ -194,8 +194,8 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     if (allocated != listed + running)
         FAIL(c, "%llu slots in use, %llu listed, %llu running", (unsigned long long)allocated,
              (unsigned long long)listed, (unsigned long long)running);
-    if (e->pending != listed + running_live)
-        FAIL(c, "pending %llu, but %llu tasks live", (unsigned long long)e->pending,
+    if (tw__engine_pending(e) != listed + running_live)
+        FAIL(c, "pending %llu, but %llu tasks live", (unsigned long long)tw__engine_pending(e),
              (unsigned long long)(listed + running_live));
     for (uint32_t i = e->pool.free_head; i != TW__NIL;
          i = tw__pool_entry(&e->pool, i)->link.next) {

@@ -92,7 +92,6 @@ static void hand_back(tw_timer *t, struct tw__job *j)
         tw__extra_put(e, j->x);
         tw__pool_put(&e->pool, j->slot);
         if (live) {
-            e->pending--;
             e->drained++;
             if (t->max_pending)
                 atomic_fetch_sub(&t->total_pending, 1);
@@ -104,6 +103,7 @@ static void hand_back(tw_timer *t, struct tw__job *j)
         struct tw__shard *sh = &t->shards[j->shard];
         pthread_mutex_lock(&sh->lock);
         sh->eng.fired--; /* counted as fired when taken; it was not */
+        sh->eng.completed--;
         sh->eng.drained++;
         pthread_mutex_unlock(&sh->lock);
     }
@@ -181,7 +181,7 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
     struct tw__job batch[BATCH];
     pthread_mutex_lock(&sh->lock);
     if (now > e->now_ns)
-        e->now_ns = now;
+        tw__engine_set_now(e, now);
     uint64_t r, target = now == UINT64_MAX ? tw__ticks_ceil(e, now)
                                            : tw__div_floor(&e->tick, now, &r);
     if ((e->dq.n && e->dq.h[0].exp <= target) || tw__expired_first(e) != TW__EXPIRED_SENT) {

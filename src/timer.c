@@ -84,7 +84,7 @@ static inline int admit(tw_timer *t, struct tw__engine *e)
         if (atomic_fetch_add(&t->total_pending, 1) < t->max_pending)
             return 0;
         atomic_fetch_sub(&t->total_pending, 1);
-    } else if (e->pending < t->max_pending) {
+    } else if (tw__engine_pending(e) < t->max_pending) {
         return 0;
     }
     e->rejected++;
@@ -264,7 +264,6 @@ static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
     en->fn = fn;
     en->arg = arg;
     tw__wheel_place(e, i, en, dt);
-    e->pending++;
     e->scheduled++;
     if (slot)
         *slot = i;
@@ -354,10 +353,9 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     /* Deadlines past the next 292 years (and sums that wrap, which
      * saturate) go the general way: below that, the tick is one multiply
      * and one shift (tickdiv.h). */
-    uint64_t deadline;
-    if (__builtin_expect(__builtin_add_overflow(e->now_ns, delay_ns, &deadline) ||
-                         deadline > e->tick.lim, 0))
-        return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
+    if (__builtin_expect(delay_ns >= e->room, 0))
+        return schedule_slow(t, delay_ns, fn, arg, id);
+    uint64_t deadline = e->now_ns + delay_ns; /* <= tick.lim: no wrap */
     /* dt >= cur with no clamp: cur <= floor(now / tick) (the end-of-time
      * advance, which sets cur past that, leaves now at UINT64_MAX, where
      * every deadline took the general path above), and deadline >= now. */
@@ -385,7 +383,6 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     en->deadline = deadline;
     en->fn = fn;
     en->arg = arg;
-    e->pending++;
     e->scheduled++;
     if (id)
         *id = ((uint64_t)gen << 32) | i; /* one shard: no shard bits */
@@ -474,8 +471,7 @@ int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
         struct tw__entry *old = tw__pool_entry(&e->pool, x->slot);
         tw__list_unlink(e, old);
         tw__pool_put(&e->pool, x->slot);
-        e->pending--; /* the new task takes its place: no admit needed */
-        e->cancelled++;
+        e->cancelled++; /* the new task takes its place: no admit needed */
     } else {
         if ((rc = admit(t, e)))
             goto out;
@@ -584,7 +580,6 @@ int tw_cancel(tw_timer *t, tw_id id)
     tw__pool_link(p, pv)->next = n; /* entries or list heads alike */
     tw__pool_link(p, n)->prev = pv;
     e->cancelled++;
-    e->pending--;
     if (__builtin_expect((en->gen = gen + 3u) != 0, 1)) { /* next multiple of 4 */
         en->link.next = p->free_head;
         p->free_head = i;
@@ -722,7 +717,7 @@ int tw_advance(tw_timer *t, uint64_t now_ns)
     struct tw__engine *e = &t->shards[0].eng;
     if (now_ns < e->now_ns)
         now_ns = e->now_ns; /* a clock going backwards changes nothing */
-    e->now_ns = now_ns;
+    tw__engine_set_now(e, now_ns);
     e->advances++;
     /* Fire what is due by the current tick. A deadline in the last tick
      * before UINT64_MAX rounds up past it, so the end of time (now ==
@@ -783,7 +778,7 @@ size_t tw_pending(tw_timer *t)
     uint64_t n = 0;
     for (uint32_t s = 0; s < t->nshards; s++) {
         tw__shard_lock(t, &t->shards[s]);
-        n += t->shards[s].eng.pending;
+        n += tw__engine_pending(&t->shards[s].eng);
         tw__shard_unlock(t, &t->shards[s]);
     }
     return (size_t)n;
@@ -891,7 +886,7 @@ void tw_stats(tw_timer *t, struct tw_stats *s)
         struct tw__shard *sh = &t->shards[k];
         tw__shard_lock(t, sh);
         struct tw__engine *e = &sh->eng;
-        s->pending += e->pending;
+        s->pending += tw__engine_pending(e);
         s->scheduled += e->scheduled;
         s->fired += e->fired;
         s->cancelled += e->cancelled;

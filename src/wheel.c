@@ -142,7 +142,7 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     for (uint32_t j = 0; j < 64; j++) {
         e->level_of_log2[j] = (uint8_t)(j / e->bits);
     }
-    e->now_ns = now_ns;
+    tw__engine_set_now(e, now_ns);
     uint64_t r;
     e->cur = tw__div_floor(&e->tick, now_ns, &r);
     for (uint32_t k = 0; k < e->max_levels; k++) {

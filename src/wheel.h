@@ -52,7 +52,10 @@ struct tw__keymap {
 
 struct tw__engine {
     struct tw__pool pool;
-    uint64_t now_ns;         /* current time */
+    uint64_t now_ns;         /* current time (set with tw__engine_set_now) */
+    uint64_t room;           /* delays below this keep now_ns + delay within
+                                tick.lim (the exact hot tick conversion):
+                                lim - now_ns + 1, or 0 past lim */
     uint64_t cur;            /* current time in ticks, floor(now / tick) */
     struct tw__div tick;
     uint32_t bits, mask, wsize;
@@ -69,17 +72,34 @@ struct tw__engine {
     uint32_t firing;         /* slot of the periodic task whose callback is
                                 running, or TW__NIL */
 
-    /* Counters. pending and scheduled are kept apart on purpose: adjacent,
-     * GCC merges "pending++; scheduled++" into one 16-byte vector
-     * load/add/store, and that load cannot be forwarded from cancel's
-     * 8-byte "pending--" still in the store buffer, so every schedule
-     * waited for cancel's cache-missing stores to drain (measured: 55% of
-     * W1 time at 10^6 on that one instruction). */
-    uint64_t pending, fired, cancelled, drained, cascaded;
-    uint64_t rejected, advances, bucket_pops, scheduled;
+    /* Counters. Every task leaves exactly one way (cancelled, drained, or
+     * completed), so pending is not kept: it is scheduled minus those
+     * three (tw__engine_pending), and schedule and cancel pay one counter
+     * each. (Two counters bumped side by side have been merged by GCC into
+     * one 16-byte vector load/add/store, whose load cannot be forwarded
+     * from a narrower store still in the store buffer: measured, 55% of W1
+     * time at 10^6 on that one instruction. Keep hot counters apart.) */
+    uint64_t scheduled, fired, cancelled, drained, cascaded;
+    uint64_t rejected, advances, bucket_pops;
+    uint64_t completed; /* one-shot tasks taken to fire (fired counts
+                           periodic firings too) */
     uint64_t late_max;
     uint64_t late_hist[TW__LATE_BUCKETS]; /* by bit length of lateness */
 };
+
+/* Tasks scheduled and not yet gone (fired, cancelled or drained); a
+ * periodic task stays pending until it is cancelled or drained. */
+static inline uint64_t tw__engine_pending(const struct tw__engine *e)
+{
+    return e->scheduled - e->cancelled - e->drained - e->completed;
+}
+
+/* Sets the engine's time, and the room the schedule fast path checks. */
+static inline void tw__engine_set_now(struct tw__engine *e, uint64_t now_ns)
+{
+    e->now_ns = now_ns;
+    e->room = now_ns <= e->tick.lim ? e->tick.lim - now_ns + 1 : 0;
+}
 
 int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
                     uint32_t wheel_size, uint64_t now_ns, uint32_t max_slots);
