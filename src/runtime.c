@@ -93,8 +93,7 @@ static void hand_back(tw_timer *t, struct tw__job *j)
         tw__pool_put(&e->pool, j->slot);
         if (live) {
             e->drained++;
-            if (t->max_pending)
-                atomic_fetch_sub(&t->total_pending, 1);
+            tw__pending_release(t);
         }
         pthread_mutex_unlock(&sh->lock);
         if (!live)

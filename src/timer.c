@@ -91,16 +91,6 @@ static inline int admit(tw_timer *t, struct tw__engine *e)
     return -EAGAIN;
 }
 
-static inline void unadmit(tw_timer *t)
-{
-    if (t->max_pending && t->threaded)
-        atomic_fetch_sub(&t->total_pending, 1);
-}
-
-static inline void pending_dec(tw_timer *t, struct tw__engine *e)
-{
-    tw__pending_dec(t, e);
-}
 
 /* ---- create / destroy ------------------------------------------------- */
 
@@ -289,7 +279,7 @@ static int add_plain(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
         return rc;
     uint64_t dt = tw__ticks_ceil(e, deadline);
     if ((rc = tw__wheel_reserve(e, dt))) {
-        unadmit(t);
+        tw__pending_release(t);
         return rc;
     }
     uint64_t before = t->threaded ? queue_head_tick(e) : 0;
@@ -430,7 +420,7 @@ int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns, uint64_t period_ns,
     struct tw__extra *x = NULL;
     if ((rc = tw__wheel_reserve(e, dt)) || (rc = tw__wheel_reserve_period(e, period_ns)) ||
         (rc = (x = tw__extra_get(e)) ? 0 : -ENOMEM)) {
-        unadmit(t);
+        tw__pending_release(t);
         goto out;
     }
     x->fn = fn;
@@ -477,12 +467,12 @@ int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
             goto out;
         if ((rc = tw__wheel_reserve(e, dt)) || (rc = tw__keymap_reserve(e)) ||
             (rc = (x = tw__extra_get(e)) ? 0 : -ENOMEM)) {
-            unadmit(t);
+            tw__pending_release(t);
             goto out;
         }
         if ((rc = tw__extra_set_key(e, x, key, keylen, h))) {
             tw__extra_put(e, x);
-            unadmit(t);
+            tw__pending_release(t);
             goto out;
         }
         tw__keymap_insert(e, x);
@@ -512,7 +502,7 @@ static __attribute__((noinline)) int cancel_extra(tw_timer *t, struct tw__engine
             return -ENOENT;
         x->state = TW__X_CANCELLED; /* released when it returns */
         e->cancelled++;
-        pending_dec(t, e);
+        tw__pending_release(t);
         return 0;
     }
     if (x->key)
@@ -521,7 +511,7 @@ static __attribute__((noinline)) int cancel_extra(tw_timer *t, struct tw__engine
     tw__extra_put(e, x);
     tw__pool_put(&e->pool, i);
     e->cancelled++;
-    pending_dec(t, e);
+    tw__pending_release(t);
     return 0;
 }
 
@@ -537,7 +527,7 @@ cancel_locked(tw_timer *t, struct tw__engine *e, uint32_t slot, uint32_t gen)
     tw__list_unlink(e, en);
     tw__pool_put(&e->pool, i);
     e->cancelled++;
-    pending_dec(t, e);
+    tw__pending_release(t);
     return 0;
 }
 
@@ -808,7 +798,7 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
             tw__extra_put(e, x);
         }
         tw__pool_put(&e->pool, i);
-        pending_dec(t, e);
+        tw__pending_release(t);
         e->drained++;
         n++;
         if (each) {
@@ -824,7 +814,7 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
         struct tw__extra *x = en->arg;
         if (x->state == TW__X_FIRING || x->state == TW__X_RESCHED) {
             x->state = TW__X_DRAINED;
-            pending_dec(t, e);
+            tw__pending_release(t);
             e->drained++;
             n++;
             if (each)

@@ -85,11 +85,11 @@ static inline uint64_t tw__clock_now(const tw_timer *t)
     return t->clock(t->clock_ctx);
 }
 
-/* A task stops being pending: only the threaded bound keeps a running
- * count (the engine's own is derived, tw__engine_pending). */
-static inline void tw__pending_dec(tw_timer *t, struct tw__engine *e)
+/* A task stops being pending (or an admitted one was never made): only
+ * the threaded bound keeps a running count; the engine's own is derived
+ * (tw__engine_pending). */
+static inline void tw__pending_release(tw_timer *t)
 {
-    (void)e;
     if (t->max_pending && t->threaded)
         atomic_fetch_sub(&t->total_pending, 1);
 }
@@ -118,7 +118,7 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
         j->fn = en->fn;
         j->arg = en->arg;
         tw__pool_put(&e->pool, i);
-        tw__pending_dec(t, e);
+        tw__pending_release(t);
         e->completed++;
         return 0;
     }
@@ -130,7 +130,7 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
             tw__keymap_remove(e, x);
         tw__extra_put(e, x);
         tw__pool_put(&e->pool, i);
-        tw__pending_dec(t, e);
+        tw__pending_release(t);
         e->completed++;
         return 0;
     }
