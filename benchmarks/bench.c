@@ -13,6 +13,9 @@
  *       a forked child), and the back end's own accounting.
  *   W5  producers: 1, 2 and 8 threads scheduling and cancelling through
  *       twheel's threaded API. Aggregate ops/s.
+ *   floor  W1 at 10^6 with no timer library: bare lists written inline in
+ *       the loop (floor.c), eager and lazy cancel, and one dependent DRAM
+ *       load, beside the heap. Where any list design's floor sits here.
  *
  * Figures are ratios to the heap measured in the same run: these machines
  * are shared and noisy, so only same-run ratios mean much. */
@@ -63,7 +66,7 @@ static void progress(const char *fmt, ...)
     fflush(stderr);
 }
 
-static double thread_cpu(void)
+double bench_thread_cpu(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -204,13 +207,6 @@ void bench_fired(void *arg)
 
 /* ---- W1: churn ---------------------------------------------------------- */
 
-struct w1_input {
-    size_t n, m;
-    uint64_t *prefill;  /* n delays */
-    uint64_t *delays;   /* m delays */
-    uint32_t *victims;  /* m indices in [0, n), or k in [1, 1000] (W1r) */
-};
-
 static void w1_make(struct w1_input *in, size_t n, size_t m, int realistic)
 {
     in->n = n;
@@ -290,12 +286,12 @@ static double w1_once(const struct backend_ops *ops, const struct w1_input *in,
         abort();
     for (size_t k = 0; k < in->n; k++)
         ops->add(&b, in->prefill[k], &g_dummy, &handles[k]);
-    double t0 = thread_cpu();
+    double t0 = bench_thread_cpu();
     if (realistic)
         w1r_loop(&b, in);
     else
         w1_loop(&b, handles, in, read_clock);
-    double t1 = thread_cpu();
+    double t1 = bench_thread_cpu();
     ops->close(&b);
     free(handles);
     return (t1 - t0) * 1e9 / (double)in->m;
@@ -424,6 +420,42 @@ static void run_w1(void)
     nr = w1_all(&in, 1, 0, reps, "W1r", r);
     printf("\nW1r realistic churn (cancel the timer added k ops ago, k in [1, 1000]), N = %zu:\n", n_r);
     print_ratios("W1r", "ns_per_pair", n_r, r, nr, "ns/pair", 1);
+    w1_free(&in);
+}
+
+/* ---- W1 floor: no library at all (floor.c) ---------------------------- */
+
+static void run_floor(void)
+{
+    size_t n = cfg.w1_n ? cfg.w1_n : cfg.quick ? 10000 : 1000000;
+    size_t m = cfg.quick ? 200000 : 5000000;
+    int reps = cfg.quick ? 1 : cfg.reps;
+    struct w1_input in;
+    w1_make(&in, n, m, 0);
+    double heap[9], eager[9], lazy[9], slots = 0;
+    for (int k = 0; k < reps; k++) { /* interleaved: the same noise for all */
+        progress("W1 floor rep %d...\r", k + 1);
+        heap[k] = w1_once(&be_heap, &in, 0, 0);
+        eager[k] = floor_w1_ns(&in, 0, NULL);
+        lazy[k] = floor_w1_ns(&in, 1, &slots);
+    }
+    double dram = floor_dram_ns(cfg.quick ? 32u << 20 : 256u << 20,
+                                cfg.quick ? 1000000 : 10000000);
+    progress("%60s\r", "");
+    double h = median(heap, reps), e = median(eager, reps), l = median(lazy, reps);
+    printf("\nW1 floor, N = %zu: the W1 loop with no timer library (bare lists written\n"
+           "inline: no call, no checks but the id's generation, no rounding, no counters)\n", n);
+    printf("    one dependent load, random, %3u MB %8.1f ns\n", cfg.quick ? 32u : 256u, dram);
+    printf("    %-34s %8.1f ns/pair\n", "heap (through the back-end table)", h);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap\n",
+           "bare lists, unlink on cancel", e, h / e);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap (%.2f slots/timer)\n",
+           "bare lists, lazy cancel", l, h / l, slots);
+    printf("    5x the heap would be %.1f ns/pair\n", h / 5);
+    csv_row("W1floor", "dram-load", n, "ns", dram, 0);
+    csv_row("W1floor", "heap", n, "ns_per_pair", h, 1);
+    csv_row("W1floor", "bare-eager", n, "ns_per_pair", e, h / e);
+    csv_row("W1floor", "bare-lazy", n, "ns_per_pair", l, h / l);
     w1_free(&in);
 }
 
@@ -806,7 +838,7 @@ static void make_plots(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: twheel-bench [--quick] [--only w1,w1r,w2,w3,w4,w5] [--backends a,b]\n"
+            "usage: twheel-bench [--quick] [--only w1,w1r,floor,w2,w3,w4,w5] [--backends a,b]\n"
             "                    [--reps N] [--out PREFIX] [--callgrind N]\n"
             "                    [--n N]  (W1 at this N only)\n");
     exit(2);
@@ -867,6 +899,8 @@ int main(int argc, char **argv)
 
     if (selected(cfg.only, "w1") || selected(cfg.only, "w1r"))
         run_w1();
+    if (selected(cfg.only, "floor") && selected(cfg.backends, "heap"))
+        run_floor();
     if (selected(cfg.only, "w2"))
         run_w2();
     if (selected(cfg.only, "w3"))

@@ -49,5 +49,21 @@ extern const struct backend_ops be_twheel, be_twheel_threaded, be_heap,
     be_heap_inline, be_hashed, be_libevent, be_libuv;
 
 uint64_t bench_now_ns(void);
+double bench_thread_cpu(void); /* this thread's CPU time, s */
+
+/* W1's input: the same delays and victims for every back end. */
+struct w1_input {
+    size_t n, m;
+    uint64_t *prefill;  /* n delays */
+    uint64_t *delays;   /* m delays */
+    uint32_t *victims;  /* m indices in [0, n), or k in [1, 1000] (W1r) */
+};
+
+/* floor.c: W1 with no timer library (bare lists written inline), ns per
+ * pair; lazy: cancel marks, a rebuild reclaims (*slots_per_timer: the
+ * slots it came to hold per pending timer). And the cost of one dependent
+ * load from a random line of a `bytes`-sized array, ns. */
+double floor_w1_ns(const struct w1_input *in, int lazy, double *slots_per_timer);
+double floor_dram_ns(size_t bytes, size_t steps);
 
 #endif

@@ -6,7 +6,7 @@
 #   benchmarks/callgrind.sh [path/to/twheel-bench]
 #
 # "loop" is everything per pair: the benchmark's loop and its calls through
-# the back-end table (~31 instructions, the same for every back end) plus
+# the back-end table (~25 instructions, the same for every back end) plus
 # the back end's add and cancel. For twheel, "library" is tw_schedule +
 # tw_cancel alone.
 set -eu

@@ -1,0 +1,203 @@
+/* floor.c: what W1 costs on this machine with no timer library at all.
+ *
+ * The issue's W1 target at 10^6 pending timers is a ratio to the heap
+ * (5x), and the heap's cost there is mostly DRAM latency, which differs
+ * from machine to machine. These measurements say where the floor is on
+ * the machine at hand, in the same process run as the heap:
+ *
+ * - one dependent load from a random line of a 256 MB array (what a cache
+ *   miss costs when nothing overlaps it);
+ * - the W1 loop itself (same delays, same victims, same handle array) on
+ *   bare timer lists written inline in the loop: 36-byte entries like
+ *   twheel's, a bucket per delay (four levels of 64, eight lists a bucket,
+ *   as twheel has), the id's generation compared, and nothing else: no
+ *   call, no argument check, no exact rounding, no level limits, no
+ *   counters, no delay queue. Cancel unlinks at once (what twheel does);
+ * - the same with lazy cancel: cancel only marks the entry dead, and when
+ *   dead entries reach the live ones, every list is rebuilt in one pass in
+ *   slot order, which frees them. This skips the two neighbour writes that
+ *   cancel otherwise makes, at the price of up to twice the slots.
+ *
+ * A library call cannot be cheaper than the same work written inline, so
+ * these bound from below what any list-based design can reach here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define FL_LISTS 2048u /* 4 levels x 64 buckets x 8 lists */
+#define FL_NIL 0xFFFFFFFFu
+
+struct __attribute__((packed, aligned(4))) fl_entry {
+    uint32_t next, prev, gen; /* gen & 3: 0 free, 1 live, 2 dead (lazy) */
+    void *fn, *arg;
+    uint64_t deadline;
+};
+
+struct fl {
+    struct fl_entry *e; /* [0, FL_LISTS) are list heads */
+    uint32_t used, cap, free_head, live, dead;
+};
+
+/* The list of a deadline (1 ms ticks, relative to time 0): four levels
+ * of 64 buckets, list i % 8 of the bucket, as twheel places it. */
+static inline uint32_t fl_list(uint64_t deadline, uint32_t i)
+{
+    uint64_t dt = (deadline + 999999) / 1000000;
+    uint32_t lvl = (uint32_t)(63 - __builtin_clzll(dt | 1)) / 6;
+    if (lvl > 3)
+        lvl = 3;
+    uint32_t b = (uint32_t)(dt >> (6 * lvl)) & 63;
+    return ((lvl * 64 + b) << 3) | (i & 7);
+}
+
+static inline void fl_append(struct fl *f, uint32_t h, uint32_t i)
+{
+    struct fl_entry *e = f->e;
+    uint32_t tail = e[h].prev;
+    e[i].next = h;
+    e[i].prev = tail;
+    e[tail].next = i;
+    e[h].prev = i;
+}
+
+static inline uint64_t fl_add(struct fl *f, uint64_t delay, void *arg)
+{
+    uint32_t i = f->free_head;
+    if (i != FL_NIL)
+        f->free_head = f->e[i].next;
+    else if (f->used < f->cap)
+        i = f->used++;
+    else
+        abort(); /* sized by the caller: cannot happen */
+    struct fl_entry *en = &f->e[i];
+    uint32_t gen = en->gen = (en->gen & ~3u) + 1;
+    en->deadline = delay;
+    en->fn = (void *)fl_add;
+    en->arg = arg;
+    fl_append(f, fl_list(delay, i), i);
+    f->live++;
+    return (uint64_t)gen << 32 | i;
+}
+
+static inline void fl_cancel_eager(struct fl *f, uint64_t id)
+{
+    uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
+    struct fl_entry *e = f->e;
+    if (i >= f->used || e[i].gen != gen)
+        return;
+    uint32_t n = e[i].next, p = e[i].prev;
+    e[p].next = n;
+    e[n].prev = p;
+    e[i].gen = gen + 3; /* free: the next multiple of 4 */
+    e[i].next = f->free_head;
+    f->free_head = i;
+    f->live--;
+}
+
+/* Lazy cancel's reclaim: every list rebuilt in slot order, the dead freed
+ * (the free list comes out in slot order too). */
+static void fl_rebuild(struct fl *f)
+{
+    struct fl_entry *e = f->e;
+    for (uint32_t h = 0; h < FL_LISTS; h++)
+        e[h].next = e[h].prev = h;
+    f->free_head = FL_NIL;
+    for (uint32_t i = f->used; i-- > FL_LISTS;) {
+        if ((e[i].gen & 3) == 1) {
+            fl_append(f, fl_list(e[i].deadline, i), i);
+            continue;
+        }
+        if ((e[i].gen & 3) == 2)
+            e[i].gen += 2;
+        e[i].next = f->free_head;
+        f->free_head = i;
+    }
+    f->dead = 0;
+}
+
+static inline void fl_cancel_lazy(struct fl *f, uint64_t id)
+{
+    uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
+    if (i >= f->used || f->e[i].gen != gen)
+        return;
+    f->e[i].gen = gen + 1; /* dead, still listed */
+    f->live--;
+    if (++f->dead >= f->live)
+        fl_rebuild(f);
+}
+
+double floor_w1_ns(const struct w1_input *in, int lazy, double *slots_per_timer)
+{
+    struct fl f = { 0 };
+    f.cap = FL_LISTS + (uint32_t)(lazy ? 2 * in->n + 2 : in->n);
+    f.used = FL_LISTS;
+    f.free_head = FL_NIL;
+    f.e = calloc(f.cap, sizeof *f.e);
+    uint64_t *handles = malloc(in->n * sizeof(uint64_t));
+    if (!f.e || !handles)
+        abort();
+    for (uint32_t h = 0; h < FL_LISTS; h++)
+        f.e[h].next = f.e[h].prev = h;
+    static uint64_t dummy;
+    for (size_t k = 0; k < in->n; k++)
+        handles[k] = fl_add(&f, in->prefill[k], &dummy);
+    double t0 = bench_thread_cpu();
+    if (lazy)
+        for (size_t k = 0; k < in->m; k++) {
+            uint32_t v = in->victims[k];
+            fl_cancel_lazy(&f, handles[v]);
+            handles[v] = fl_add(&f, in->delays[k], &dummy);
+        }
+    else
+        for (size_t k = 0; k < in->m; k++) {
+            uint32_t v = in->victims[k];
+            fl_cancel_eager(&f, handles[v]);
+            handles[v] = fl_add(&f, in->delays[k], &dummy);
+        }
+    double t1 = bench_thread_cpu();
+    if (f.live != in->n)
+        abort(); /* every cancel found its timer */
+    if (slots_per_timer)
+        *slots_per_timer = (double)(f.used - FL_LISTS) / (double)in->n;
+    free(handles);
+    free(f.e);
+    return (t1 - t0) * 1e9 / (double)in->m;
+}
+
+double floor_dram_ns(size_t bytes, size_t steps)
+{
+    /* one 64-byte line per element, chained in a random order into one
+     * cycle, so every load depends on the one before */
+    size_t n = bytes / 64;
+    uint32_t *next = malloc(n * 64);
+    uint32_t *perm = malloc(n * sizeof(uint32_t));
+    if (!next || !perm)
+        abort();
+    for (size_t k = 0; k < n; k++)
+        perm[k] = (uint32_t)k;
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (size_t k = n - 1; k > 0; k--) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        size_t j = s % k;
+        uint32_t t = perm[k];
+        perm[k] = perm[j];
+        perm[j] = t;
+    }
+    for (size_t k = 0; k < n; k++)
+        next[(size_t)perm[k] * 16] = perm[(k + 1) % n];
+    free(perm);
+    uint32_t p = 0;
+    for (size_t k = 0; k < n / 4; k++) /* warm the page tables */
+        p = next[(size_t)p * 16];
+    double t0 = bench_thread_cpu();
+    for (size_t k = 0; k < steps; k++)
+        p = next[(size_t)p * 16];
+    double t1 = bench_thread_cpu();
+    volatile uint32_t sink = p;
+    (void)sink;
+    free(next);
+    return (t1 - t0) * 1e9 / (double)steps;
+}
