@@ -439,13 +439,13 @@ static void run_floor(void)
         eager[k] = floor_w1_ns(&in, 0, NULL);
         lazy[k] = floor_w1_ns(&in, 1, &slots);
     }
-    double dram = floor_dram_ns(cfg.quick ? 32u << 20 : 256u << 20,
-                                cfg.quick ? 1000000 : 10000000);
+    unsigned dram_mb = cfg.quick ? 32 : 256;
+    double dram = floor_dram_ns((size_t)dram_mb << 20, cfg.quick ? 1000000 : 10000000);
     progress("%60s\r", "");
     double h = median(heap, reps), e = median(eager, reps), l = median(lazy, reps);
     printf("\nW1 floor, N = %zu: the W1 loop with no timer library (bare lists written\n"
            "inline: no call, no checks but the id's generation, no rounding, no counters)\n", n);
-    printf("    one dependent load, random, %3u MB %8.1f ns\n", cfg.quick ? 32u : 256u, dram);
+    printf("    one dependent load, random, %3u MB %8.1f ns\n", dram_mb, dram);
     printf("    %-34s %8.1f ns/pair\n", "heap (through the back-end table)", h);
     printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap\n",
            "bare lists, unlink on cancel", e, h / e);
