@@ -14,8 +14,9 @@
  *   W5  producers: 1, 2 and 8 threads scheduling and cancelling through
  *       twheel's threaded API. Aggregate ops/s.
  *   floor  W1 at 10^6 with no timer library: bare lists written inline in
- *       the loop (floor.c), eager and lazy cancel, and one dependent DRAM
- *       load, beside the heap. Where any list design's floor sits here.
+ *       the loop (floor.c), eager and lazy cancel, the same on array
+ *       buckets, and one dependent DRAM load, beside the heap. Where any
+ *       list or array design's floor sits here.
  *
  * Figures are ratios to the heap measured in the same run: these machines
  * are shared and noisy, so only same-run ratios mean much. */
@@ -432,17 +433,23 @@ static void run_floor(void)
     int reps = cfg.quick ? 1 : cfg.reps;
     struct w1_input in;
     w1_make(&in, n, m, 0);
-    double heap[9], eager[9], lazy[9], slots = 0;
+    double heap[9], eager[9], lazy[9], array[9], slots = 0, array_b = 0;
+    double heap_c[9], eager_c[9];
     for (int k = 0; k < reps; k++) { /* interleaved: the same noise for all */
         progress("W1 floor rep %d...\r", k + 1);
         heap[k] = w1_once(&be_heap, &in, 0, 0);
-        eager[k] = floor_w1_ns(&in, 0, NULL);
-        lazy[k] = floor_w1_ns(&in, 1, &slots);
+        eager[k] = floor_w1_ns(&in, 0, 0, NULL);
+        lazy[k] = floor_w1_ns(&in, 1, 0, &slots);
+        array[k] = floor_w1_array_ns(&in, &array_b);
+        heap_c[k] = w1_once(&be_heap, &in, 0, 1);
+        eager_c[k] = floor_w1_ns(&in, 0, 1, NULL);
     }
+    double clock_ns = floor_clock_ns(cfg.quick ? 1000000 : 10000000);
     unsigned dram_mb = cfg.quick ? 32 : 256;
     double dram = floor_dram_ns((size_t)dram_mb << 20, cfg.quick ? 1000000 : 10000000);
     progress("%60s\r", "");
     double h = median(heap, reps), e = median(eager, reps), l = median(lazy, reps);
+    double a = median(array, reps), hc = median(heap_c, reps), ec = median(eager_c, reps);
     printf("\nW1 floor, N = %zu: the W1 loop with no timer library (bare lists written\n"
            "inline: no call, no checks but the id's generation, no rounding, no counters)\n", n);
     printf("    one dependent load, random, %3u MB %8.1f ns\n", dram_mb, dram);
@@ -451,11 +458,22 @@ static void run_floor(void)
            "bare lists, unlink on cancel", e, h / e);
     printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap (%.2f slots/timer)\n",
            "bare lists, lazy cancel", l, h / l, slots);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap (arrays %.1f B/timer)\n",
+           "bare array buckets, swap-remove", a, h / a, array_b);
     printf("    5x the heap would be %.1f ns/pair\n", h / 5);
+    printf("  with one clock read per add (as W1+clock; one read alone: %.1f ns)\n", clock_ns);
+    printf("    %-34s %8.1f ns/pair\n", "heap (through the back-end table)", hc);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap\n",
+           "bare lists, unlink on cancel", ec, hc / ec);
+    printf("    5x the heap would be %.1f ns/pair\n", hc / 5);
     csv_row("W1floor", "dram-load", n, "ns", dram, 0);
     csv_row("W1floor", "heap", n, "ns_per_pair", h, 1);
     csv_row("W1floor", "bare-eager", n, "ns_per_pair", e, h / e);
     csv_row("W1floor", "bare-lazy", n, "ns_per_pair", l, h / l);
+    csv_row("W1floor", "bare-array", n, "ns_per_pair", a, h / a);
+    csv_row("W1floor", "clock-read", n, "ns", clock_ns, 0);
+    csv_row("W1floor+clock", "heap", n, "ns_per_pair", hc, 1);
+    csv_row("W1floor+clock", "bare-eager", n, "ns_per_pair", ec, hc / ec);
     w1_free(&in);
 }
 

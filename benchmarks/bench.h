@@ -61,9 +61,17 @@ struct w1_input {
 
 /* floor.c: W1 with no timer library (bare lists written inline), ns per
  * pair; lazy: cancel marks, a rebuild reclaims (*slots_per_timer: the
- * slots it came to hold per pending timer). And the cost of one dependent
- * load from a random line of a `bytes`-sized array, ns. */
-double floor_w1_ns(const struct w1_input *in, int lazy, double *slots_per_timer);
+ * slots it came to hold per pending timer); read_clock (with !lazy): one
+ * bench_now_ns() per add. */
+double floor_w1_ns(const struct w1_input *in, int lazy, int read_clock,
+                   double *slots_per_timer);
+/* The same on array buckets (cancel moves the bucket's last element into
+ * the hole); *array_bytes_per_timer: the arrays' capacity, bytes per
+ * pending timer. */
+double floor_w1_array_ns(const struct w1_input *in, double *array_bytes_per_timer);
+/* One dependent load from a random line of a `bytes`-sized array, ns. */
 double floor_dram_ns(size_t bytes, size_t steps);
+/* One bench_now_ns() on its own, back to back, ns. */
+double floor_clock_ns(size_t steps);
 
 #endif
