@@ -51,9 +51,10 @@
  * is one addressing mode, entries + 4 * (int32_t)ref - 4, with no
  * multiply: unlinking and appending need no "is this a list head?" test
  * and no scaling (slot links cost two LEAs per link followed; measured
- * under callgrind: 3 instructions fewer per W1 pair, 2 of them in cancel). -1 (TW__NIL) names
- * nothing; if followed, it reaches the 8 spare bytes just before slot 0.
- * Slots stop where a ref would reach the sign bit. */
+ * under callgrind: 3 instructions fewer per W1 pair, 2 of them in
+ * cancel). -1 (TW__NIL) names nothing; if followed, it reaches the 8
+ * spare bytes just before slot 0. Slots stop where a ref would reach the
+ * sign bit. */
 #define TW__SENT 0x80000000u         /* set on sentinel (list head) refs */
 #define TW__NIL 0xFFFFFFFFu          /* no element */
 #define TW__EXPIRED_SENT 0xFFFFFFFDu /* the expired list's sentinel */
@@ -69,13 +70,13 @@ struct tw__link {
  * those at full speed unless one crosses a cache line, which costs what a
  * 40-byte stride costs anyway (one entry in 8 straddles two lines either
  * way, and W1 and W2 measured the same within noise); packing saves a
- * tenth of the pool (W4: 40.2 -> 36.2 B per timer), and reaching slot i is still two
- * instructions (i * 9 * 4). Cancel reads link and gen only: those 12 bytes
+ * tenth of the pool (W4: 40.2 -> 36.2 B per timer), and reaching slot i
+ * is still two instructions (i * 9 * 4). Cancel reads link and gen only: those 12 bytes
  * share one cache line at 14 of every 16 positions. No code takes the
  * address of a packed 8-byte field. */
 struct __attribute__((packed, aligned(4))) tw__entry {
     struct tw__link link;
-    uint32_t gen;      /* low bits: 0 free, 1 plain task, 3 with extra */
+    uint32_t gen;      /* low two bits: 0 free, 1 plain task, 2 extra */
     tw_fn fn;
     void *arg;
     uint64_t deadline; /* ns */

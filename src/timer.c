@@ -91,7 +91,6 @@ static inline int admit(tw_timer *t, struct tw__engine *e)
     return -EAGAIN;
 }
 
-
 /* ---- create / destroy ------------------------------------------------- */
 
 static int check_options(const struct tw_options *o)
@@ -505,13 +504,9 @@ static __attribute__((noinline)) int cancel_extra(tw_timer *t, struct tw__engine
         tw__pending_release(t);
         return 0;
     }
-    if (x->key)
-        tw__keymap_remove(e, x);
     tw__list_unlink(e, en);
-    tw__extra_put(e, x);
-    tw__pool_put(&e->pool, i);
+    tw__task_free(t, e, i, en);
     e->cancelled++;
-    tw__pending_release(t);
     return 0;
 }
 
@@ -525,9 +520,8 @@ cancel_locked(tw_timer *t, struct tw__engine *e, uint32_t slot, uint32_t gen)
     if (__builtin_expect(tw__is_extra(en), 0))
         return cancel_extra(t, e, i, en);
     tw__list_unlink(e, en);
-    tw__pool_put(&e->pool, i);
+    tw__task_free(t, e, i, en);
     e->cancelled++;
-    tw__pending_release(t);
     return 0;
 }
 
@@ -789,16 +783,8 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
         tw__list_unlink(e, en);
         tw_id id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));
-        void *arg = en->arg;
-        if (tw__is_extra(en)) {
-            struct tw__extra *x = en->arg;
-            arg = x->arg;
-            if (x->key)
-                tw__keymap_remove(e, x);
-            tw__extra_put(e, x);
-        }
-        tw__pool_put(&e->pool, i);
-        tw__pending_release(t);
+        void *arg = tw__is_extra(en) ? ((struct tw__extra *)en->arg)->arg : en->arg;
+        tw__task_free(t, e, i, en);
         e->drained++;
         n++;
         if (each) {

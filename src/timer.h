@@ -94,6 +94,22 @@ static inline void tw__pending_release(tw_timer *t)
         atomic_fetch_sub(&t->total_pending, 1);
 }
 
+/* Frees task i, already out of every list: its slot (ids naming it go
+ * stale), its extra record and key if it has one, and its place under
+ * max_pending. The caller counts how it left. */
+static inline void tw__task_free(tw_timer *t, struct tw__engine *e, uint32_t i,
+                                 struct tw__entry *en)
+{
+    if (tw__is_extra(en)) {
+        struct tw__extra *x = en->arg;
+        if (x->key)
+            tw__keymap_remove(e, x); /* its key is free from now on */
+        tw__extra_put(e, x);
+    }
+    tw__pool_put(&e->pool, i);
+    tw__pending_release(t);
+}
+
 /* Pops the head of the shard's expired list into *j. One-shot tasks are
  * released here (a cancel from now on returns -ENOENT); a periodic task is
  * marked firing. Returns 0, or -ENOENT when the list is empty. Call with
@@ -114,32 +130,23 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
     j->shard = si;
     j->id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));
     j->x = NULL;
-    if (!tw__is_extra(en)) {
-        j->fn = en->fn;
-        j->arg = en->arg;
-        tw__pool_put(&e->pool, i);
-        tw__pending_release(t);
-        e->completed++;
-        return 0;
+    j->fn = en->fn;
+    j->arg = en->arg;
+    if (tw__is_extra(en)) {
+        struct tw__extra *x = en->arg;
+        j->fn = x->fn;
+        j->arg = x->arg;
+        if (x->period) {
+            x->state = TW__X_FIRING;
+            en->link.next = en->link.prev = TW__NIL; /* in no list while it runs */
+            j->x = x;
+            return 0;
+        }
     }
-    struct tw__extra *x = en->arg;
-    j->fn = x->fn;
-    j->arg = x->arg;
-    if (!x->period) { /* keyed one-shot: its key is free from now on */
-        if (x->key)
-            tw__keymap_remove(e, x);
-        tw__extra_put(e, x);
-        tw__pool_put(&e->pool, i);
-        tw__pending_release(t);
-        e->completed++;
-        return 0;
-    }
-    x->state = TW__X_FIRING;
-    en->link.next = en->link.prev = TW__NIL; /* in no list while it runs */
-    j->x = x;
+    tw__task_free(t, e, i, en); /* one-shot */
+    e->completed++;
     return 0;
 }
-
 
 /* After a periodic job's callback: re-arm it, or release it if it was
  * cancelled or drained meanwhile. Call with the shard lock held. */

@@ -26,6 +26,21 @@ static struct tw__watcher **slot_of(struct tw__wshard *s, uint64_t h, const void
     return w;
 }
 
+/* Locks key's shard (*sp; the caller unlocks it) and returns key's list,
+ * or NULL. *hp, if hp is not NULL: the key's hash. */
+static struct tw__watcher *lock_key(tw_purgatory *p, const void *key, size_t len,
+                                    struct tw__wshard **sp, uint64_t *hp)
+{
+    uint64_t h = tw__key_hash(key, len);
+    struct tw__wshard *s = shard_of(p, h);
+    pthread_mutex_lock(&s->lock);
+    struct tw__watcher **slot = slot_of(s, h, key, len);
+    *sp = s;
+    if (hp)
+        *hp = h;
+    return slot ? *slot : NULL;
+}
+
 static void unlink_watcher(struct tw__wshard *s, struct tw__watcher *w)
 {
     struct tw__watcher **pp = &s->table[w->hash & (s->cap - 1)];
@@ -33,6 +48,15 @@ static void unlink_watcher(struct tw__wshard *s, struct tw__watcher *w)
         pp = &(*pp)->next;
     *pp = w->next;
     s->n--;
+}
+
+/* A key whose list is left empty is removed; under its shard lock. */
+static void drop_if_empty(tw_purgatory *p, struct tw__wshard *s, struct tw__watcher *w)
+{
+    if (w && !w->n) {
+        unlink_watcher(s, w);
+        tw__free_watcher(p, w);
+    }
 }
 
 int tw__watchers_init(tw_purgatory *p)
@@ -101,12 +125,10 @@ static int table_reserve(tw_purgatory *p, struct tw__wshard *s)
 
 int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
 {
-    uint64_t h = tw__key_hash(key->data, key->len);
-    struct tw__wshard *s = shard_of(p, h);
+    struct tw__wshard *s;
+    uint64_t h;
     int rc = -ENOMEM;
-    pthread_mutex_lock(&s->lock);
-    struct tw__watcher **slot = slot_of(s, h, key->data, key->len);
-    struct tw__watcher *w = slot ? *slot : NULL;
+    struct tw__watcher *w = lock_key(p, key->data, key->len, &s, &h);
     if (!w) {
         if (table_reserve(p, s))
             goto out;
@@ -125,10 +147,7 @@ int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
         uint32_t ncap = w->cap ? w->cap * 2 : 4;
         tw_op **ops = tw__p_alloc(p, (size_t)ncap * sizeof(*ops));
         if (!ops) {
-            if (!w->n) { /* created just now: take it back */
-                unlink_watcher(s, w);
-                tw__free_watcher(p, w);
-            }
+            drop_if_empty(p, s, w); /* created just now: take it back */
             goto out;
         }
         if (w->n)
@@ -149,11 +168,8 @@ out:
 
 void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
 {
-    uint64_t h = tw__key_hash(key->data, key->len);
-    struct tw__wshard *s = shard_of(p, h);
-    pthread_mutex_lock(&s->lock);
-    struct tw__watcher **slot = slot_of(s, h, key->data, key->len);
-    struct tw__watcher *w = slot ? *slot : NULL;
+    struct tw__wshard *s;
+    struct tw__watcher *w = lock_key(p, key->data, key->len, &s, NULL);
     for (uint32_t i = w ? w->n : 0; i-- > 0;) {
         if (w->ops[i] == op) {
             memmove(&w->ops[i], &w->ops[i + 1], (w->n - i - 1) * sizeof(*w->ops));
@@ -163,22 +179,16 @@ void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
             break;
         }
     }
-    if (w && !w->n) {
-        unlink_watcher(s, w);
-        tw__free_watcher(p, w);
-    }
+    drop_if_empty(p, s, w);
     pthread_mutex_unlock(&s->lock);
 }
 
 long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, size_t cap,
                   tw_op ***out)
 {
-    uint64_t h = tw__key_hash(key, len);
-    struct tw__wshard *s = shard_of(p, h);
+    struct tw__wshard *s;
     *out = buf;
-    pthread_mutex_lock(&s->lock);
-    struct tw__watcher **slot = slot_of(s, h, key, len);
-    struct tw__watcher *w = slot ? *slot : NULL;
+    struct tw__watcher *w = lock_key(p, key, len, &s, NULL);
     long n = w ? (long)w->n : 0;
     if ((size_t)n > cap && !(*out = tw__p_alloc(p, (size_t)n * sizeof(tw_op *)))) {
         pthread_mutex_unlock(&s->lock);
@@ -222,27 +232,18 @@ static size_t compact(struct tw__watcher *w)
 
 size_t tw__compact_key(tw_purgatory *p, const void *key, size_t len)
 {
-    uint64_t h = tw__key_hash(key, len);
-    struct tw__wshard *s = shard_of(p, h);
-    pthread_mutex_lock(&s->lock);
-    struct tw__watcher **slot = slot_of(s, h, key, len);
-    struct tw__watcher *w = slot ? *slot : NULL;
+    struct tw__wshard *s;
+    struct tw__watcher *w = lock_key(p, key, len, &s, NULL);
     size_t gone = w ? compact(w) : 0;
-    if (w && !w->n) {
-        unlink_watcher(s, w);
-        tw__free_watcher(p, w);
-    }
+    drop_if_empty(p, s, w);
     pthread_mutex_unlock(&s->lock);
     return gone;
 }
 
 struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len)
 {
-    uint64_t h = tw__key_hash(key, len);
-    struct tw__wshard *s = shard_of(p, h);
-    pthread_mutex_lock(&s->lock);
-    struct tw__watcher **slot = slot_of(s, h, key, len);
-    struct tw__watcher *w = slot ? *slot : NULL;
+    struct tw__wshard *s;
+    struct tw__watcher *w = lock_key(p, key, len, &s, NULL);
     if (w)
         unlink_watcher(s, w);
     pthread_mutex_unlock(&s->lock);

@@ -51,11 +51,10 @@
  * Cancel: lists are doubly linked through 32-bit refs (scaled offsets
  * from slot 0); a list's head (sentinel) is a link of its own in front of
  * slot 0 (pool.h), so links to heads and to entries are followed the same
- * way. An entry
- * therefore need not remember its bucket: unlinking it touches only its
- * two neighbours, and finding both neighbours to be the same sentinel is
- * what tells us that bucket just became empty, so it leaves the heap at
- * once and costs no wake-up later.
+ * way. An entry therefore need not remember its bucket: unlinking it
+ * touches only its two neighbours, and finding both neighbours to be the
+ * same sentinel is what tells us that bucket just became empty, so it
+ * leaves the heap at once and costs no wake-up later.
  */
 #include <errno.h>
 #include <string.h>
@@ -214,8 +213,8 @@ static void splice_to_expired(struct tw__engine *e, uint32_t first,
 static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
 {
     struct tw__bucket *b = tw__bucket_at(e, bn);
-    uint32_t cursor[TW__SUBS], live = 0, nsubs = TW__SUBS;
-    for (uint32_t j = 0; j < nsubs; j++) {
+    uint32_t cursor[TW__SUBS], live = 0;
+    for (uint32_t j = 0; j < TW__SUBS; j++) {
         uint32_t self = tw__sent(bn, j);
         struct tw__link *h = tw__link_at(e, self);
         cursor[j] = h->next;
@@ -224,7 +223,7 @@ static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
     }
     b->mask = 0;
     while (live) {
-        for (uint32_t j = 0; j < nsubs; j++) {
+        for (uint32_t j = 0; j < TW__SUBS; j++) {
             uint32_t r = cursor[j], self = tw__sent(bn, j);
             if (r == self)
                 continue;

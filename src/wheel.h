@@ -188,13 +188,13 @@ static inline int tw__wheel_reserve(struct tw__engine *e, uint64_t dt)
  * needs a level above the one reserved here. 0 or -ENOMEM. */
 int tw__wheel_reserve_period(struct tw__engine *e, uint64_t period_ns);
 
-/* List sentinel s just became empty: if it is a bucket's list, the bucket
- * leaves the delay queue when no list of it is left (the expired list
- * needs nothing). */
 /* Bucket list s just got its first task: marks it. Returns the bucket's
  * number if the whole bucket was empty until now (the caller queues it),
  * else TW__NIL. */
 uint32_t tw__wheel_sub_started(struct tw__engine *e, uint32_t s);
+/* List sentinel s just became empty: if it is a bucket's list, the bucket
+ * leaves the delay queue when no list of it is left (the expired list
+ * needs nothing). */
 void tw__wheel_sub_emptied(struct tw__engine *e, uint32_t s);
 void tw__wheel_queue_bucket(struct tw__engine *e, uint32_t bn, uint64_t exp);
 
