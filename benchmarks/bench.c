@@ -15,8 +15,9 @@
  *       twheel's threaded API. Aggregate ops/s.
  *   floor  W1 at 10^6 with no timer library: bare lists written inline in
  *       the loop (floor.c), eager and lazy cancel, the same on array
- *       buckets, and one dependent DRAM load, beside the heap. Where any
- *       list or array design's floor sits here.
+ *       buckets, lazy cancel with the generations in their own array, and
+ *       one dependent DRAM load, beside the heap. Where any list or array
+ *       design's floor sits here.
  *
  * Figures are ratios to the heap measured in the same run: these machines
  * are shared and noisy, so only same-run ratios mean much. */
@@ -434,13 +435,15 @@ static void run_floor(void)
     struct w1_input in;
     w1_make(&in, n, m, 0);
     double heap[9], eager[9], lazy[9], array[9], slots = 0, array_b = 0;
-    double heap_c[9], eager_c[9];
+    double heap_c[9], eager_c[9], split0[9], split3[9], split0_s = 0, split3_s = 0;
     for (int k = 0; k < reps; k++) { /* interleaved: the same noise for all */
         progress("W1 floor rep %d...\r", k + 1);
         heap[k] = w1_once(&be_heap, &in, 0, 0);
         eager[k] = floor_w1_ns(&in, 0, 0, NULL);
         lazy[k] = floor_w1_ns(&in, 1, 0, &slots);
         array[k] = floor_w1_array_ns(&in, &array_b);
+        split0[k] = floor_w1_split_ns(&in, 0, &split0_s);
+        split3[k] = floor_w1_split_ns(&in, 3, &split3_s);
         heap_c[k] = w1_once(&be_heap, &in, 0, 1);
         eager_c[k] = floor_w1_ns(&in, 0, 1, NULL);
     }
@@ -460,6 +463,11 @@ static void run_floor(void)
            "bare lists, lazy cancel", l, h / l, slots);
     printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap (arrays %.1f B/timer)\n",
            "bare array buckets, swap-remove", a, h / a, array_b);
+    double s0 = median(split0, reps), s3 = median(split3, reps);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap (%.2f slots/timer)\n",
+           "lazy, generations apart", s0, h / s0, split0_s);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap (%.2f slots/timer)\n",
+           "lazy, generations apart, 1/8 dead", s3, h / s3, split3_s);
     printf("    5x the heap would be %.1f ns/pair\n", h / 5);
     printf("  with one clock read per add (as W1+clock; one read alone: %.1f ns)\n", clock_ns);
     printf("    %-34s %8.1f ns/pair\n", "heap (through the back-end table)", hc);
@@ -471,6 +479,8 @@ static void run_floor(void)
     csv_row("W1floor", "bare-eager", n, "ns_per_pair", e, h / e);
     csv_row("W1floor", "bare-lazy", n, "ns_per_pair", l, h / l);
     csv_row("W1floor", "bare-array", n, "ns_per_pair", a, h / a);
+    csv_row("W1floor", "lazy-split", n, "ns_per_pair", s0, h / s0);
+    csv_row("W1floor", "lazy-split-1/8", n, "ns_per_pair", s3, h / s3);
     csv_row("W1floor", "clock-read", n, "ns", clock_ns, 0);
     csv_row("W1floor+clock", "heap", n, "ns_per_pair", hc, 1);
     csv_row("W1floor+clock", "bare-eager", n, "ns_per_pair", ec, hc / ec);

@@ -69,6 +69,11 @@ double floor_w1_ns(const struct w1_input *in, int lazy, int read_clock,
  * the hole); *array_bytes_per_timer: the arrays' capacity, bytes per
  * pending timer. */
 double floor_w1_array_ns(const struct w1_input *in, double *array_bytes_per_timer);
+/* Lazy cancel with the generations in their own array: cancel touches 4
+ * bytes of it and not the entry; a rebuild runs when the dead reach
+ * live >> shift (*slots_per_timer as above). */
+double floor_w1_split_ns(const struct w1_input *in, unsigned shift,
+                         double *slots_per_timer);
 /* One dependent load from a random line of a `bytes`-sized array, ns. */
 double floor_dram_ns(size_t bytes, size_t steps);
 /* One bench_now_ns() on its own, back to back, ns. */
