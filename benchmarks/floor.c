@@ -71,14 +71,20 @@ static inline uint32_t fl_list(uint64_t deadline, uint32_t i)
     return (fl_bucket(deadline) << 3) | (i & 7);
 }
 
+/* Appends entry i to list h of entry array e (either model's entries:
+ * both start with next and prev). */
+#define FL_APPEND(e, h, i)                                                     \
+    do {                                                                       \
+        uint32_t tail_ = (e)[h].prev;                                          \
+        (e)[i].next = (h);                                                     \
+        (e)[i].prev = tail_;                                                   \
+        (e)[tail_].next = (i);                                                 \
+        (e)[h].prev = (i);                                                     \
+    } while (0)
+
 static inline void fl_append(struct fl *f, uint32_t h, uint32_t i)
 {
-    struct fl_entry *e = f->e;
-    uint32_t tail = e[h].prev;
-    e[i].next = h;
-    e[i].prev = tail;
-    e[tail].next = i;
-    e[h].prev = i;
+    FL_APPEND(f->e, h, i);
 }
 
 static inline uint64_t fl_add(struct fl *f, uint64_t delay, void *arg)
@@ -318,12 +324,7 @@ struct fs {
 
 static inline void fs_append(struct fs *f, uint32_t h, uint32_t i)
 {
-    struct fs_entry *e = f->e;
-    uint32_t tail = e[h].prev;
-    e[i].next = h;
-    e[i].prev = tail;
-    e[tail].next = i;
-    e[h].prev = i;
+    FL_APPEND(f->e, h, i);
 }
 
 static inline uint64_t fs_add(struct fs *f, uint64_t delay, void *arg)
