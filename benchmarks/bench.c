@@ -439,13 +439,13 @@ static void run_floor(void)
     for (int k = 0; k < reps; k++) { /* interleaved: the same noise for all */
         progress("W1 floor rep %d...\r", k + 1);
         heap[k] = w1_once(&be_heap, &in, 0, 0);
-        eager[k] = floor_w1_ns(&in, 0, 0, NULL);
-        lazy[k] = floor_w1_ns(&in, 1, 0, &slots);
+        eager[k] = floor_w1_ns(&in, FLOOR_EAGER, NULL);
+        lazy[k] = floor_w1_ns(&in, FLOOR_LAZY, &slots);
         array[k] = floor_w1_array_ns(&in, &array_b);
-        split0[k] = floor_w1_split_ns(&in, 0, &split0_s);
-        split3[k] = floor_w1_split_ns(&in, 3, &split3_s);
+        split0[k] = floor_w1_ns(&in, FLOOR_SPLIT, &split0_s);
+        split3[k] = floor_w1_ns(&in, FLOOR_SPLIT_8, &split3_s);
         heap_c[k] = w1_once(&be_heap, &in, 0, 1);
-        eager_c[k] = floor_w1_ns(&in, 0, 1, NULL);
+        eager_c[k] = floor_w1_ns(&in, FLOOR_EAGER_CLOCK, NULL);
     }
     double clock_ns = floor_clock_ns(cfg.quick ? 1000000 : 10000000);
     unsigned dram_mb = cfg.quick ? 32 : 256;

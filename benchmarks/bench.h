@@ -60,20 +60,23 @@ struct w1_input {
 };
 
 /* floor.c: W1 with no timer library (bare lists written inline), ns per
- * pair; lazy: cancel marks, a rebuild reclaims (*slots_per_timer: the
- * slots it came to hold per pending timer); read_clock (with !lazy): one
- * bench_now_ns() per add. */
-double floor_w1_ns(const struct w1_input *in, int lazy, int read_clock,
+ * pair, on one model of cancel. *slots_per_timer: the slots the model came
+ * to hold per pending timer. */
+enum floor_model {
+    FLOOR_EAGER,       /* cancel unlinks at once (what twheel does) */
+    FLOOR_EAGER_CLOCK, /* the same, with one bench_now_ns() per add */
+    FLOOR_LAZY,        /* cancel marks the entry dead; a rebuild reclaims
+                          when the dead reach the live */
+    FLOOR_SPLIT,       /* lazy, with the generations in their own array:
+                          cancel touches 4 bytes of it, not the entry */
+    FLOOR_SPLIT_8,     /* the same, rebuilt at an eighth of the live */
+};
+double floor_w1_ns(const struct w1_input *in, enum floor_model model,
                    double *slots_per_timer);
 /* The same on array buckets (cancel moves the bucket's last element into
  * the hole); *array_bytes_per_timer: the arrays' capacity, bytes per
  * pending timer. */
 double floor_w1_array_ns(const struct w1_input *in, double *array_bytes_per_timer);
-/* Lazy cancel with the generations in their own array: cancel touches 4
- * bytes of it and not the entry; a rebuild runs when the dead reach
- * live >> shift (*slots_per_timer as above). */
-double floor_w1_split_ns(const struct w1_input *in, unsigned shift,
-                         double *slots_per_timer);
 /* One dependent load from a random line of a `bytes`-sized array, ns. */
 double floor_dram_ns(size_t bytes, size_t steps);
 /* One bench_now_ns() on its own, back to back, ns. */

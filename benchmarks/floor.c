@@ -26,11 +26,13 @@
  *   cost 4 bytes a timer plus their growth slack;
  * - lazy cancel with the generations moved out of the entries into an
  *   array of their own (4 bytes a slot), so that cancel reads and writes
- *   only that array and never the 32-byte entry: the one design here
- *   whose cancel need not load a line of the entry array. Measured twice,
- *   with the rebuild run when the dead reach the live (up to 2 slots per
- *   timer, as the lazy lists above) and when they reach an eighth of the
- *   live (1.125 slots, about what the W4 target of 40 bytes allows).
+ *   only that array and never the entry: the one design here whose
+ *   cancel need not load a line of the entry array (the model keeps the
+ *   36-byte entry, its generation word unused; the design itself would
+ *   need 32 bytes). Measured twice, with the rebuild run when the dead
+ *   reach the live (up to 2 slots per timer, as the lazy lists above) and
+ *   when they reach an eighth of the live (1.125 slots, about what the W4
+ *   target of 40 bytes allows).
  *
  * A library call cannot be cheaper than the same work written inline, so
  * these bound from below what a list- or array-based design can reach
@@ -43,15 +45,24 @@
 #define FL_LISTS 2048u /* 4 levels x 64 buckets x 8 lists */
 #define FL_NIL 0xFFFFFFFFu
 
+/* Every helper below takes `split` (and the loop `lazy`, `read_clock`) as
+ * a constant at each call and is forced inline, so each timed loop is
+ * compiled for one model alone, with no test per iteration. */
+#define FL_INLINE static inline __attribute__((always_inline))
+
 struct __attribute__((packed, aligned(4))) fl_entry {
-    uint32_t next, prev, gen; /* gen & 3: 0 free, 1 live, 2 dead (lazy) */
+    uint32_t next, prev;
+    uint32_t gen; /* gen & 3: 0 free, 1 live, 2 dead (lazy); unused when
+                     the generations are apart (split) */
     void *fn, *arg;
     uint64_t deadline;
 };
 
 struct fl {
     struct fl_entry *e; /* [0, FL_LISTS) are list heads */
+    uint32_t *gens;     /* split: the generations, apart from the entries */
     uint32_t used, cap, free_head, live, dead;
+    uint32_t shift;     /* lazy: rebuild when dead >= live >> shift */
 };
 
 /* The bucket of a deadline (1 ms ticks, relative to time 0): four levels
@@ -71,23 +82,23 @@ static inline uint32_t fl_list(uint64_t deadline, uint32_t i)
     return (fl_bucket(deadline) << 3) | (i & 7);
 }
 
-/* Appends entry i to list h of entry array e (either model's entries:
- * both start with next and prev). */
-#define FL_APPEND(e, h, i)                                                     \
-    do {                                                                       \
-        uint32_t tail_ = (e)[h].prev;                                          \
-        (e)[i].next = (h);                                                     \
-        (e)[i].prev = tail_;                                                   \
-        (e)[tail_].next = (i);                                                 \
-        (e)[h].prev = (i);                                                     \
-    } while (0)
+/* Slot i's generation: in its entry, or in the array apart. */
+FL_INLINE uint32_t *fl_gen(struct fl *f, uint32_t i, int split)
+{
+    return split ? &f->gens[i] : &f->e[i].gen;
+}
 
 static inline void fl_append(struct fl *f, uint32_t h, uint32_t i)
 {
-    FL_APPEND(f->e, h, i);
+    struct fl_entry *e = f->e;
+    uint32_t tail = e[h].prev;
+    e[i].next = h;
+    e[i].prev = tail;
+    e[tail].next = i;
+    e[h].prev = i;
 }
 
-static inline uint64_t fl_add(struct fl *f, uint64_t delay, void *arg)
+FL_INLINE uint64_t fl_add(struct fl *f, uint64_t delay, void *arg, int split)
 {
     uint32_t i = f->free_head;
     if (i != FL_NIL)
@@ -96,17 +107,18 @@ static inline uint64_t fl_add(struct fl *f, uint64_t delay, void *arg)
         i = f->used++;
     else
         abort(); /* sized by the caller: cannot happen */
+    uint32_t *g = fl_gen(f, i, split);
+    uint32_t gen = *g = (*g & ~3u) + 1;
     struct fl_entry *en = &f->e[i];
-    uint32_t gen = en->gen = (en->gen & ~3u) + 1;
     en->deadline = delay;
-    en->fn = (void *)fl_add;
+    en->fn = (void *)fl_bucket;
     en->arg = arg;
     fl_append(f, fl_list(delay, i), i);
     f->live++;
     return (uint64_t)gen << 32 | i;
 }
 
-static inline void fl_cancel_eager(struct fl *f, uint64_t id)
+FL_INLINE void fl_cancel_eager(struct fl *f, uint64_t id)
 {
     uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
     struct fl_entry *e = f->e;
@@ -123,80 +135,98 @@ static inline void fl_cancel_eager(struct fl *f, uint64_t id)
 
 /* Lazy cancel's reclaim: every list rebuilt in slot order, the dead freed
  * (the free list comes out in slot order too). */
-static void fl_rebuild(struct fl *f)
+FL_INLINE void fl_rebuild(struct fl *f, int split)
 {
     struct fl_entry *e = f->e;
     for (uint32_t h = 0; h < FL_LISTS; h++)
         e[h].next = e[h].prev = h;
     f->free_head = FL_NIL;
     for (uint32_t i = f->used; i-- > FL_LISTS;) {
-        if ((e[i].gen & 3) == 1) {
+        uint32_t *g = fl_gen(f, i, split);
+        if ((*g & 3) == 1) {
             fl_append(f, fl_list(e[i].deadline, i), i);
             continue;
         }
-        if ((e[i].gen & 3) == 2)
-            e[i].gen += 2;
+        if ((*g & 3) == 2)
+            *g += 2;
         e[i].next = f->free_head;
         f->free_head = i;
     }
     f->dead = 0;
 }
 
-static inline void fl_cancel_lazy(struct fl *f, uint64_t id)
+/* With split, this touches the generation array and never the entry. */
+FL_INLINE void fl_cancel_lazy(struct fl *f, uint64_t id, int split)
 {
     uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
-    if (i >= f->used || f->e[i].gen != gen)
+    if (i >= f->used || *fl_gen(f, i, split) != gen)
         return;
-    f->e[i].gen = gen + 1; /* dead, still listed */
+    *fl_gen(f, i, split) = gen + 1; /* dead, still listed */
     f->live--;
-    if (++f->dead >= f->live)
-        fl_rebuild(f);
+    if (++f->dead >= f->live >> f->shift)
+        fl_rebuild(f, split);
 }
 
 static volatile uint64_t clock_sink;
+static uint64_t fl_dummy;
 
-double floor_w1_ns(const struct w1_input *in, int lazy, int read_clock,
+/* The timed W1 loop on one model (every flag a constant at its call). */
+FL_INLINE void fl_w1(struct fl *f, const struct w1_input *in, uint64_t *handles,
+                     int lazy, int split, int read_clock)
+{
+    for (size_t k = 0; k < in->m; k++) {
+        uint32_t v = in->victims[k];
+        if (lazy)
+            fl_cancel_lazy(f, handles[v], split);
+        else
+            fl_cancel_eager(f, handles[v]);
+        if (read_clock) /* as the W1+clock loop reads it */
+            clock_sink = bench_now_ns();
+        handles[v] = fl_add(f, in->delays[k], &fl_dummy, split);
+    }
+}
+
+double floor_w1_ns(const struct w1_input *in, enum floor_model model,
                    double *slots_per_timer)
 {
+    int lazy = model >= FLOOR_LAZY, split = model >= FLOOR_SPLIT;
     struct fl f = { 0 };
-    f.cap = FL_LISTS + (uint32_t)(lazy ? 2 * in->n + 2 : in->n);
+    f.shift = model == FLOOR_SPLIT_8 ? 3 : 0;
+    f.cap = FL_LISTS + (uint32_t)(in->n + (lazy ? (in->n >> f.shift) + 2 : 0));
     f.used = FL_LISTS;
     f.free_head = FL_NIL;
     f.e = calloc(f.cap, sizeof *f.e);
+    f.gens = split ? calloc(f.cap, sizeof *f.gens) : NULL;
     uint64_t *handles = malloc(in->n * sizeof(uint64_t));
-    if (!f.e || !handles)
+    if (!f.e || (split && !f.gens) || !handles)
         abort();
     for (uint32_t h = 0; h < FL_LISTS; h++)
         f.e[h].next = f.e[h].prev = h;
-    static uint64_t dummy;
     for (size_t k = 0; k < in->n; k++)
-        handles[k] = fl_add(&f, in->prefill[k], &dummy);
+        handles[k] = fl_add(&f, in->prefill[k], &fl_dummy, split);
     double t0 = bench_thread_cpu();
-    if (lazy)
-        for (size_t k = 0; k < in->m; k++) {
-            uint32_t v = in->victims[k];
-            fl_cancel_lazy(&f, handles[v]);
-            handles[v] = fl_add(&f, in->delays[k], &dummy);
-        }
-    else if (read_clock) /* as the W1+clock loop reads it */
-        for (size_t k = 0; k < in->m; k++) {
-            uint32_t v = in->victims[k];
-            fl_cancel_eager(&f, handles[v]);
-            clock_sink = bench_now_ns();
-            handles[v] = fl_add(&f, in->delays[k], &dummy);
-        }
-    else
-        for (size_t k = 0; k < in->m; k++) {
-            uint32_t v = in->victims[k];
-            fl_cancel_eager(&f, handles[v]);
-            handles[v] = fl_add(&f, in->delays[k], &dummy);
-        }
+    switch (model) {
+    case FLOOR_EAGER:
+        fl_w1(&f, in, handles, 0, 0, 0);
+        break;
+    case FLOOR_EAGER_CLOCK:
+        fl_w1(&f, in, handles, 0, 0, 1);
+        break;
+    case FLOOR_LAZY:
+        fl_w1(&f, in, handles, 1, 0, 0);
+        break;
+    case FLOOR_SPLIT:
+    case FLOOR_SPLIT_8:
+        fl_w1(&f, in, handles, 1, 1, 0);
+        break;
+    }
     double t1 = bench_thread_cpu();
     if (f.live != in->n)
         abort(); /* every cancel found its timer */
     if (slots_per_timer)
         *slots_per_timer = (double)(f.used - FL_LISTS) / (double)in->n;
     free(handles);
+    free(f.gens);
     free(f.e);
     return (t1 - t0) * 1e9 / (double)in->m;
 }
@@ -279,14 +309,13 @@ double floor_w1_array_ns(const struct w1_input *in, double *array_bytes_per_time
     uint64_t *handles = malloc(in->n * sizeof(uint64_t));
     if (!f.e || !handles)
         abort();
-    static uint64_t dummy;
     for (size_t k = 0; k < in->n; k++)
-        handles[k] = fa_add(&f, in->prefill[k], &dummy);
+        handles[k] = fa_add(&f, in->prefill[k], &fl_dummy);
     double t0 = bench_thread_cpu();
     for (size_t k = 0; k < in->m; k++) {
         uint32_t v = in->victims[k];
         fa_cancel(&f, handles[v]);
-        handles[v] = fa_add(&f, in->delays[k], &dummy);
+        handles[v] = fa_add(&f, in->delays[k], &fl_dummy);
     }
     double t1 = bench_thread_cpu();
     if (f.live != in->n)
@@ -299,115 +328,6 @@ double floor_w1_array_ns(const struct w1_input *in, double *array_bytes_per_time
     if (array_bytes_per_timer)
         *array_bytes_per_timer = (double)(cap * sizeof(uint32_t)) / (double)in->n;
     free(handles);
-    free(f.e);
-    return (t1 - t0) * 1e9 / (double)in->m;
-}
-
-/* ---- lazy cancel, generations in their own array --------------------- */
-
-/* Cancel then reads and writes only gens[i] (4 bytes a slot: 4 MB at 10^6,
- * which the last-level cache can hold), never the 32-byte entry; the
- * entry stays listed, dead, until a rebuild frees it. A rebuild runs when
- * the dead reach live >> shift, so shift sets the memory bought for it:
- * up to 1 + 2^-shift slots per pending timer. */
-struct fs_entry {
-    uint32_t next, prev;
-    void *fn, *arg;
-    uint64_t deadline;
-};
-
-struct fs {
-    struct fs_entry *e; /* [0, FL_LISTS) are list heads */
-    uint32_t *gen;      /* gen & 3: 0 free, 1 live, 2 dead */
-    uint32_t used, cap, free_head, live, dead, shift;
-};
-
-static inline void fs_append(struct fs *f, uint32_t h, uint32_t i)
-{
-    FL_APPEND(f->e, h, i);
-}
-
-static inline uint64_t fs_add(struct fs *f, uint64_t delay, void *arg)
-{
-    uint32_t i = f->free_head;
-    if (i != FL_NIL)
-        f->free_head = f->e[i].next;
-    else if (f->used < f->cap)
-        i = f->used++;
-    else
-        abort(); /* sized by the caller: cannot happen */
-    uint32_t gen = f->gen[i] = (f->gen[i] & ~3u) + 1;
-    struct fs_entry *en = &f->e[i];
-    en->deadline = delay;
-    en->fn = (void *)fs_add;
-    en->arg = arg;
-    fs_append(f, fl_list(delay, i), i);
-    f->live++;
-    return (uint64_t)gen << 32 | i;
-}
-
-static void fs_rebuild(struct fs *f)
-{
-    struct fs_entry *e = f->e;
-    for (uint32_t h = 0; h < FL_LISTS; h++)
-        e[h].next = e[h].prev = h;
-    f->free_head = FL_NIL;
-    for (uint32_t i = f->used; i-- > FL_LISTS;) {
-        uint32_t g = f->gen[i];
-        if ((g & 3) == 1) {
-            fs_append(f, fl_list(e[i].deadline, i), i);
-            continue;
-        }
-        if ((g & 3) == 2)
-            f->gen[i] = g + 2;
-        e[i].next = f->free_head;
-        f->free_head = i;
-    }
-    f->dead = 0;
-}
-
-static inline void fs_cancel(struct fs *f, uint64_t id)
-{
-    uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
-    if (i >= f->used || f->gen[i] != gen)
-        return;
-    f->gen[i] = gen + 1; /* dead, still listed */
-    f->live--;
-    if (++f->dead >= f->live >> f->shift)
-        fs_rebuild(f);
-}
-
-double floor_w1_split_ns(const struct w1_input *in, unsigned shift,
-                         double *slots_per_timer)
-{
-    struct fs f = { 0 };
-    f.shift = shift;
-    f.cap = FL_LISTS + (uint32_t)(in->n + (in->n >> shift) + 2);
-    f.used = FL_LISTS;
-    f.free_head = FL_NIL;
-    f.e = calloc(f.cap, sizeof *f.e);
-    f.gen = calloc(f.cap, sizeof *f.gen);
-    uint64_t *handles = malloc(in->n * sizeof(uint64_t));
-    if (!f.e || !f.gen || !handles)
-        abort();
-    for (uint32_t h = 0; h < FL_LISTS; h++)
-        f.e[h].next = f.e[h].prev = h;
-    static uint64_t dummy;
-    for (size_t k = 0; k < in->n; k++)
-        handles[k] = fs_add(&f, in->prefill[k], &dummy);
-    double t0 = bench_thread_cpu();
-    for (size_t k = 0; k < in->m; k++) {
-        uint32_t v = in->victims[k];
-        fs_cancel(&f, handles[v]);
-        handles[v] = fs_add(&f, in->delays[k], &dummy);
-    }
-    double t1 = bench_thread_cpu();
-    if (f.live != in->n)
-        abort(); /* every cancel found its timer */
-    if (slots_per_timer)
-        *slots_per_timer = (double)(f.used - FL_LISTS) / (double)in->n;
-    free(handles);
-    free(f.gen);
     free(f.e);
     return (t1 - t0) * 1e9 / (double)in->m;
 }
