@@ -67,13 +67,14 @@ struct tw__link {
 
 /* 36 bytes, 4-byte aligned: the three 8-byte fields sit at offsets 12, 20
  * and 28, so they are not 8-byte aligned. x86-64 and AArch64 load and store
- * those at full speed unless one crosses a cache line, which costs what a
- * 40-byte stride costs anyway (one entry in 8 straddles two lines either
- * way, and W1 and W2 measured the same within noise); packing saves a
- * tenth of the pool (W4: 40.2 -> 36.2 B per timer), and reaching slot i
- * is still two instructions (i * 9 * 4). Cancel reads link and gen only: those 12 bytes
- * share one cache line at 14 of every 16 positions. No code takes the
- * address of a packed 8-byte field. */
+ * those at full speed unless one crosses a cache line (each does at one
+ * position in 16). A 40-byte entry would span two lines as often as this
+ * one does (at half the positions, either way: the walks of wheel.c
+ * prefetch both ends), and W1 and W2 measured the same within noise;
+ * packing saves a tenth of the pool (W4: 40.2 -> 36.2 B per timer), and
+ * reaching slot i is still two instructions (i * 9 * 4). Cancel reads
+ * link and gen only: those 12 bytes share one cache line at 14 of every
+ * 16 positions. No code takes the address of a packed 8-byte field. */
 struct __attribute__((packed, aligned(4))) tw__entry {
     struct tw__link link;
     uint32_t gen;      /* low two bits: 0 free, 1 plain task, 2 extra */
