@@ -118,7 +118,7 @@ static uint64_t twt_next(struct backend *b)
 const struct backend_ops be_twheel = {
     "twheel", "twheel, manual mode (the caller advances the clock)", 0, 0,
     twm_open, twm_close, twm_add, twm_cancel, twm_advance, twm_next, twm_bytes,
-    twm_wakeups,
+    twm_wakeups, 1,
 };
 
 const struct backend_ops be_twheel_threaded = {
@@ -289,7 +289,7 @@ static uint64_t heap_wakeups(struct backend *b)
 const struct backend_ops be_heap_inline = {
     "heap-inline", "binary min-heap, deadlines inline in the array (stronger than the peers)", 0, 0,
     heap_open, heap_close, heap_add, heap_cancel, heap_advance, heap_next,
-    heap_bytes, heap_wakeups,
+    heap_bytes, heap_wakeups, 1,
 };
 
 /* ---- binary heap of node pointers (the peers' design) ------------------ */
@@ -456,7 +456,7 @@ static uint64_t pheap_wakeups(struct backend *b)
 const struct backend_ops be_heap = {
     "heap", "binary min-heap of node pointers (libevent/JDK STPE design): the baseline", 0, 0,
     pheap_open, pheap_close, pheap_add, pheap_cancel, pheap_advance, pheap_next,
-    pheap_bytes, pheap_wakeups,
+    pheap_bytes, pheap_wakeups, 1,
 };
 
 /* ---- hashed wheel with rounds (Netty) ---------------------------------- */
@@ -598,7 +598,7 @@ static uint64_t hw_wakeups(struct backend *b)
 
 const struct backend_ops be_hashed = {
     "hashed", "single-level hashed wheel with rounds (Netty design), 512 slots", 0, 0,
-    hw_open, hw_close, hw_add, hw_cancel, hw_advance, hw_next, hw_bytes, hw_wakeups,
+    hw_open, hw_close, hw_add, hw_cancel, hw_advance, hw_next, hw_bytes, hw_wakeups, 1,
 };
 
 /* ---- libevent ----------------------------------------------------------- */

@@ -37,6 +37,9 @@ struct backend_ops {
     uint64_t (*own_bytes)(struct backend *b);
     /* Engine wake-ups counted by the back end (0 if it cannot tell). */
     uint64_t (*wakeups)(struct backend *b);
+    /* 1: advance honours any now, even one ahead of the real clock, so
+     * W2 can also run on a simulated clock (the loops ignore now). */
+    int sim_clock;
 };
 
 struct backend {
