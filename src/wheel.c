@@ -38,6 +38,15 @@
  * task per level it descends, never anything per tick that passed. A task
  * descends at most once per level, so its lifetime cost is O(levels).
  *
+ * Known cost: a cascade is done whole, at the tick its bucket comes due,
+ * before that tick's due tasks fire (they are somewhere in the bucket's
+ * lists). So that tick's tasks wait for the whole bucket: with 10^6 tasks
+ * spread over 2 s (twheel-bench W2), a level-1 bucket holds ~31,000 and
+ * its tick takes ~0.8 ms, against ~0.03 ms for an ordinary tick. That is
+ * the engine's share of the threaded W2 p99 lateness. Cascading a bucket
+ * a whole level-0 span early, in slices, would hide it, at the price of a
+ * level 0 twice as wide as the others' tick; not done.
+ *
  * Never early: a deadline is rounded UP to the tick (tw__ticks_ceil) before
  * it is placed, and a bucket is popped only when the target tick, floor(now
  * / tick), has reached its expiration. So a task fires at the first advance
