@@ -216,14 +216,16 @@ static void splice_to_expired(struct tw__engine *e, uint32_t first,
 
 /* Takes every task out of bucket bn, visiting its lists round-robin with
  * the next entry of each list prefetched, so that the misses of the
- * lists overlap. Both ends of the entry are prefetched: a 36-byte entry
- * spans two cache lines at half the positions, the deadline (read here
- * when cascading) and the callback (read when firing) often lie in the
- * second, and a walk that only prefetched the first waited for that
- * line's miss on its own (W2 in real time, where the entries have left
- * the cache since they were placed: ~180 -> ~150 ns per timer fired). A task due by the current tick goes to the expired list;
+ * lists overlap. A task due by the current tick goes to the expired list;
  * any other is placed again relative to the current tick, which demotes
- * it to a finer level. Level-0 tasks are all due. */
+ * it to a finer level. Level-0 tasks are all due.
+ *
+ * Both ends of the next entry are prefetched: a 36-byte entry spans two
+ * cache lines at half the positions, and the deadline (read here when
+ * cascading) and the callback (read when firing) often lie in the second.
+ * A walk that prefetched only the first line waited for the second's
+ * miss on its own: ~35 ns more per timer in W2, in real time, where the
+ * entries have left the cache since they were placed. */
 static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
 {
     struct tw__bucket *b = tw__bucket_at(e, bn);
