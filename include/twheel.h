@@ -61,7 +61,8 @@ typedef void (*tw_fn)(tw_timer *t, tw_id id, void *arg);
 
 /* Allocation hook. Every allocation twheel makes goes through it. Both
  * functions set, or both NULL for the default allocator (libc malloc, or
- * jemalloc when built with -Djemalloc=enabled). free is never given NULL. */
+ * jemalloc when built with -Djemalloc=enabled; the pool grows through
+ * realloc there). free is never given NULL. */
 struct tw_allocator {
     void *(*alloc)(void *ctx, size_t size);
     void (*free)(void *ctx, void *p);
@@ -89,9 +90,15 @@ struct tw_options {
                                      rounded up to a power of two;
                                      0 = four per CPU (4 .. 64) */
     uint64_t capacity;            /* tasks to make room for at creation
-                                     (0 = grow on demand). The pool doubles
-                                     when full, copying itself once; a
-                                     timer sized here never does. A timer
+                                     (0 = grow on demand; threaded: shared
+                                     out over the shards). A full pool
+                                     doubles: the default allocator
+                                     reallocs (a large block's pages move,
+                                     its bytes are not copied); a user's
+                                     allocator copies it once. A manual
+                                     timer sized here never grows (a
+                                     threaded shard may outgrow its
+                                     share). A timer
                                      holds at most 238,609,294 tasks per
                                      shard (then -ENOMEM). */
 };

@@ -1,6 +1,7 @@
 /* mem.c: the default allocator (libc, or jemalloc when configured). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mem.h"
 
@@ -33,6 +34,27 @@ void tw__default_free(void *ctx, void *p)
     free(p);
 }
 #endif
+
+void *tw__realloc(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep)
+{
+    void *q;
+    if (p && m->a.alloc == tw__default_alloc) {
+#ifdef TW_HAVE_JEMALLOC
+        q = rallocx(p, size, 0);
+#else
+        q = realloc(p, size);
+#endif
+    } else {
+        if ((q = m->a.alloc(m->a.ctx, size)) && p) {
+            memcpy(q, p, keep);
+            m->a.free(m->a.ctx, p);
+        }
+    }
+    if (!q)
+        return NULL;
+    m->bytes = m->bytes - (p ? old : 0) + size;
+    return q;
+}
 
 int tw__mem_init(struct tw__mem *m, const struct tw_allocator *user)
 {

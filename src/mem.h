@@ -35,6 +35,15 @@ static inline void tw__free(struct tw__mem *m, void *p, size_t size)
     m->a.free(m->a.ctx, p);
 }
 
+/* Moves block p (`old` bytes) to one of `size` bytes that starts with its
+ * first `keep` bytes (keep <= both sizes). NULL on failure, with p as it
+ * was. With the default allocator this is realloc: glibc moves a large
+ * block by remapping its pages, not copying them, so a pool of millions
+ * of entries doubles without copying any (the copy held a threaded
+ * shard's lock for ~10 ms at 10^6 tasks: the driver could not fire
+ * meanwhile). A user's allocator has no resize: alloc, copy, free. */
+void *tw__realloc(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep);
+
 /* The default allocator, for allocations made before a timer exists. */
 void *tw__default_alloc(void *ctx, size_t size);
 void tw__default_free(void *ctx, void *p);

@@ -19,13 +19,22 @@ int tw__pool_grow(struct tw__pool *p, struct tw__mem *m)
 static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint32_t ncap)
 {
     size_t sz = sizeof(struct tw__entry);
-    struct tw__entry *blk = tw__alloc(m, ((size_t)nfront + ncap) * sz);
-    if (!blk)
-        return -ENOMEM;
-    struct tw__entry *ents = blk + nfront;
-    if (p->entries) {
-        memcpy(ents - p->front, p->entries - p->front, ((size_t)p->front + p->used) * sz);
-        tw__free(m, p->entries - p->front, ((size_t)p->front + p->cap) * sz);
+    size_t old = ((size_t)p->front + p->cap) * sz, size = ((size_t)nfront + ncap) * sz;
+    struct tw__entry *blk, *ents;
+    if (p->entries && nfront == p->front) { /* growing: the block's start stays */
+        blk = tw__realloc(m, p->entries - p->front, old, size,
+                          ((size_t)p->front + p->used) * sz);
+        if (!blk)
+            return -ENOMEM;
+        ents = blk + nfront;
+    } else {
+        if (!(blk = tw__alloc(m, size)))
+            return -ENOMEM;
+        ents = blk + nfront;
+        if (p->entries) {
+            memcpy(ents - p->front, p->entries - p->front, ((size_t)p->front + p->used) * sz);
+            tw__free(m, p->entries - p->front, old);
+        }
     }
     p->entries = ents;
     p->front = nfront;

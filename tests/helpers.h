@@ -29,12 +29,15 @@ static inline uint64_t fake_clock_read(void *ctx)
 }
 
 /* A counting allocator: fail_at = k makes the k-th allocation from now on
- * fail (once); live counts blocks not yet freed. */
+ * fail (once); live counts blocks not yet freed, bytes what they hold (a
+ * 16-byte header keeps each block's size, so a timer's own accounting,
+ * tw_stats.memory_bytes, can be checked against it). */
 struct count_alloc {
     long allocs, frees, live;
     long fail_at;   /* 0 = never */
     long failed;
     size_t fail_above; /* 0 = no limit; else larger requests fail */
+    size_t bytes;
 };
 
 static inline void *count_alloc_fn(void *ctx, size_t size)
@@ -44,20 +47,24 @@ static inline void *count_alloc_fn(void *ctx, size_t size)
         a->failed++;
         return NULL;
     }
-    void *p = malloc(size);
-    if (p) {
-        a->allocs++;
-        a->live++;
-    }
-    return p;
+    size_t *p = malloc(size + 16);
+    if (!p)
+        return NULL;
+    a->allocs++;
+    a->live++;
+    a->bytes += size;
+    *p = size;
+    return (char *)p + 16;
 }
 
 static inline void count_free_fn(void *ctx, void *p)
 {
     struct count_alloc *a = ctx;
+    size_t *h = (size_t *)((char *)p - 16);
     a->frees++;
     a->live--;
-    free(p);
+    a->bytes -= *h;
+    free(h);
 }
 
 /* The counting allocator as a timer's allocator. */

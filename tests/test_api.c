@@ -732,6 +732,51 @@ static void test_capacity_preallocates(void **state)
     assert_int_equal(a.live, 0);
 }
 
+/* The pool grows by realloc with the default allocator and by alloc, copy,
+ * free with a user's: both must keep every task and account the same. */
+static void test_growth_both_allocators(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct fake_clock c1, c2;
+    struct tw_options o1 = manual_opts(&c1, 0, MS, 64), o2 = manual_opts(&c2, 0, MS, 64);
+    o2.allocator = counting(&a);
+    tw_timer *t1, *t2;
+    assert_int_equal(tw_create(&t1, &o1), 0);
+    assert_int_equal(tw_create(&t2, &o2), 0);
+    int fired1 = 0, fired2 = 0;
+    tw_id keep1 = 0, keep2 = 0;
+    for (int k = 0; k < 200000; k++) {
+        uint64_t d = (uint64_t)(k * 7919 % 100000) * MS; /* up to 100 s: levels too */
+        tw_id id1, id2;
+        assert_int_equal(tw_schedule(t1, d, count_fn, &fired1, &id1), 0);
+        assert_int_equal(tw_schedule(t2, d, count_fn, &fired2, &id2), 0);
+        if (k == 1234) {
+            keep1 = id1;
+            keep2 = id2;
+        }
+        if (k % 5000 == 0) {
+            struct tw_stats s1, s2;
+            tw_stats(t1, &s1);
+            tw_stats(t2, &s2);
+            assert_int_equal(s2.memory_bytes, a.bytes); /* exact */
+            assert_int_equal(s1.memory_bytes, s2.memory_bytes);
+        }
+    }
+    assert_check(t1);
+    assert_check(t2);
+    /* an id taken before the pool moved still names its task */
+    assert_int_equal(tw_cancel(t1, keep1), 0);
+    assert_int_equal(tw_cancel(t2, keep2), 0);
+    assert_int_equal(tw_advance(t1, 200 * SEC), 199999);
+    assert_int_equal(tw_advance(t2, 200 * SEC), 199999);
+    assert_int_equal(fired1, 199999);
+    assert_int_equal(fired2, 199999);
+    tw_destroy(t1);
+    tw_destroy(t2);
+    assert_int_equal(a.live, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -757,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_stats_and_misc),
         cmocka_unit_test(test_ids_never_reissued),
         cmocka_unit_test(test_capacity_preallocates),
+        cmocka_unit_test(test_growth_both_allocators),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

@@ -1,0 +1,20 @@
+set terminal pngcairo size 900,560 noenhanced
+set output 'twheel-bench-w1.png'
+set title 'W1 churn: ns per (cancel + add) vs pending timers'
+set logscale xy
+set xlabel 'pending timers N'
+set ylabel 'ns per pair (thread CPU)'
+set key top left
+set grid
+plot for [i=2:*] 'twheel-bench-w1.dat' using 1:i with linespoints lw 2 title columnhead(i)
+set output 'twheel-bench-w2.png'
+unset logscale
+set logscale y
+set title 'W2 expire-all: firing lateness (ms)'
+set style data histograms
+set style fill solid 0.8
+set boxwidth 0.9
+set xlabel ''
+set ylabel 'lateness ms (log)'
+set key top left
+plot 'twheel-bench-w2.dat' using 2:xtic(1) title 'p50' noenhanced, '' using 3 title 'p99', '' using 4 title 'max'
