@@ -61,8 +61,9 @@ typedef void (*tw_fn)(tw_timer *t, tw_id id, void *arg);
 
 /* Allocation hook. Every allocation twheel makes goes through it. Both
  * functions set, or both NULL for the default allocator (libc malloc, or
- * jemalloc when built with -Djemalloc=enabled; the pool grows through
- * realloc there). free is never given NULL. */
+ * jemalloc when built with -Djemalloc=enabled; blocks of 1 MiB or more
+ * are mapped with mmap directly, so that the task pool can grow by mremap
+ * without copying). free is never given NULL. */
 struct tw_allocator {
     void *(*alloc)(void *ctx, size_t size);
     void (*free)(void *ctx, void *p);
@@ -92,10 +93,11 @@ struct tw_options {
     uint64_t capacity;            /* tasks to make room for at creation
                                      (0 = grow on demand; threaded: shared
                                      out over the shards). A full pool
-                                     doubles: the default allocator
-                                     reallocs (a large block's pages move,
-                                     its bytes are not copied); a user's
-                                     allocator copies it once. A manual
+                                     doubles: with the default allocator
+                                     a pool of 1 MiB or more is mapped
+                                     directly and grows by mremap (its
+                                     pages move, nothing is copied); a
+                                     user's allocator copies it. A manual
                                      timer sized here never grows (a
                                      threaded shard may outgrow its
                                      share). A timer

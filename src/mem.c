@@ -1,7 +1,11 @@
-/* mem.c: the default allocator (libc, or jemalloc when configured). */
+/* mem.c: the default allocator (libc, or jemalloc when configured; big
+ * blocks mapped directly, see mem.h), and growing a block. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "mem.h"
 
@@ -35,24 +39,44 @@ void tw__default_free(void *ctx, void *p)
 }
 #endif
 
+void *tw__map(size_t size)
+{
+#ifdef __linux__
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+#else
+    (void)size;
+    return NULL; /* never called: TW__MAP_MIN is SIZE_MAX */
+#endif
+}
+
+void tw__unmap(void *p, size_t size)
+{
+#ifdef __linux__
+    munmap(p, size);
+#else
+    (void)p;
+    (void)size;
+#endif
+}
+
 void *tw__realloc(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep)
 {
     void *q;
-    if (p && m->a.alloc == tw__default_alloc) {
-#ifdef TW_HAVE_JEMALLOC
-        q = rallocx(p, size, 0);
-#else
-        q = realloc(p, size);
-#endif
-    } else {
-        if ((q = m->a.alloc(m->a.ctx, size)) && p) {
-            memcpy(q, p, keep);
-            m->a.free(m->a.ctx, p);
-        }
+#ifdef __linux__
+    if (p && tw__mapped(m, old) && tw__mapped(m, size)) {
+        if ((q = mremap(p, old, size, MREMAP_MAYMOVE)) == MAP_FAILED)
+            return NULL;
+        m->bytes = m->bytes - old + size;
+        return q;
     }
-    if (!q)
+#endif
+    if (!(q = tw__alloc(m, size)))
         return NULL;
-    m->bytes = m->bytes - (p ? old : 0) + size;
+    if (p) {
+        memcpy(q, p, keep);
+        tw__free(m, p, old);
+    }
     return q;
 }
 

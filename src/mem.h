@@ -19,9 +19,35 @@ struct tw__mem {
  * are NULL. Returns -EINVAL when only one is set. */
 int tw__mem_init(struct tw__mem *m, const struct tw_allocator *user);
 
+/* The default allocator, for allocations made before a timer exists. */
+void *tw__default_alloc(void *ctx, size_t size);
+void tw__default_free(void *ctx, void *p);
+
+/* Blocks this large or larger from the default allocator are mapped
+ * directly, not taken from malloc, so that growing one (the entry pool,
+ * doubling) is mremap: its pages move, its bytes are not copied. malloc
+ * cannot promise that: glibc maps big blocks only until the process frees
+ * one, and then serves everything under 32 MiB from its heap, where realloc
+ * copies. A copy of the pool holds a threaded shard's lock while it runs
+ * (~10 ms at 10^6 tasks), and the driver cannot fire meanwhile. A user's
+ * allocator is always used as given: alloc, copy, free. */
+#ifdef __linux__
+#define TW__MAP_MIN ((size_t)1 << 20)
+#else
+#define TW__MAP_MIN SIZE_MAX /* no mremap: malloc for everything */
+#endif
+
+void *tw__map(size_t size);
+void tw__unmap(void *p, size_t size);
+
+static inline int tw__mapped(const struct tw__mem *m, size_t size)
+{
+    return size >= TW__MAP_MIN && m->a.alloc == tw__default_alloc;
+}
+
 static inline void *tw__alloc(struct tw__mem *m, size_t size)
 {
-    void *p = m->a.alloc(m->a.ctx, size);
+    void *p = tw__mapped(m, size) ? tw__map(size) : m->a.alloc(m->a.ctx, size);
     if (p)
         m->bytes += size;
     return p;
@@ -32,20 +58,15 @@ static inline void tw__free(struct tw__mem *m, void *p, size_t size)
     if (!p)
         return;
     m->bytes -= size;
-    m->a.free(m->a.ctx, p);
+    if (tw__mapped(m, size))
+        tw__unmap(p, size);
+    else
+        m->a.free(m->a.ctx, p);
 }
 
-/* Moves block p (`old` bytes) to one of `size` bytes that starts with its
- * first `keep` bytes (keep <= both sizes). NULL on failure, with p as it
- * was. With the default allocator this is realloc: glibc moves a large
- * block by remapping its pages, not copying them, so a pool of millions
- * of entries doubles without copying any (the copy held a threaded
- * shard's lock for ~10 ms at 10^6 tasks: the driver could not fire
- * meanwhile). A user's allocator has no resize: alloc, copy, free. */
+/* Moves block p (`old` bytes, from tw__alloc) to one of `size` bytes that
+ * starts with its first `keep` bytes (keep <= both sizes). NULL on failure,
+ * with p as it was. Copies nothing when both sizes are mapped (above). */
 void *tw__realloc(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep);
-
-/* The default allocator, for allocations made before a timer exists. */
-void *tw__default_alloc(void *ctx, size_t size);
-void tw__default_free(void *ctx, void *p);
 
 #endif
