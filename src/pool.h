@@ -11,15 +11,16 @@
  * The array is contiguous, so reaching slot i is one multiply-add, and
  * following a list link none (links hold refs, below): the schedule and
  * cancel paths touch up to five slots each, and a slab directory costs
- * five instructions more per touch. The price is known and
- * bounded: when the pool outgrows its capacity it doubles (amortised O(1)
- * per schedule). With the default allocator a block of 1 MiB or more is
- * mapped directly and grows by mremap, which moves its pages rather than
- * its bytes (mem.h); through a user's allocator it copies the array once
- * (at 10^6 slots one ~36 MB copy, ~10 ms). Nothing moves while the pool stays under its high-water
- * mark, so a warm timer never pays it again. The list heads of the wheel's buckets
- * sit in the same block, in front of slot 0 (below), so making a new level
- * copies the block once too: at most once per level in a timer's life.
+ * five instructions more per touch. The price is known and bounded: when
+ * the pool outgrows its capacity it doubles (amortised O(1) per schedule).
+ * With the default allocator a block of 1 MiB or more is mapped directly
+ * and grows by mremap, which moves its pages rather than its bytes
+ * (mem.h); through a user's allocator it copies the array once (at 10^6
+ * slots one ~36 MB copy, ~10 ms). Nothing moves while the pool stays under
+ * its high-water mark, so a warm timer never pays it again. The list heads
+ * of the wheel's buckets sit in the same block, in front of slot 0
+ * (below), so making a new level copies the block once, whatever the
+ * allocator: at most once per level in a timer's life.
  * Slots never used are not touched, so unused capacity costs address
  * space, not resident memory.
  *
