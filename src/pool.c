@@ -20,23 +20,17 @@ static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint
 {
     size_t sz = sizeof(struct tw__entry);
     size_t old = ((size_t)p->front + p->cap) * sz, size = ((size_t)nfront + ncap) * sz;
-    struct tw__entry *blk, *ents;
-    if (p->entries && nfront == p->front) { /* growing: the block's start stays */
-        blk = tw__realloc(m, p->entries - p->front, old, size,
-                          ((size_t)p->front + p->used) * sz);
-        if (!blk)
-            return -ENOMEM;
-        ents = blk + nfront;
-    } else {
-        if (!(blk = tw__alloc(m, size)))
-            return -ENOMEM;
-        ents = blk + nfront;
-        if (p->entries) {
-            memcpy(ents - p->front, p->entries - p->front, ((size_t)p->front + p->used) * sz);
-            tw__free(m, p->entries - p->front, old);
-        }
+    size_t keep = ((size_t)p->front + p->used) * sz; /* heads and used slots */
+    struct tw__entry *was = p->entries ? p->entries - p->front : NULL, *blk;
+    if (nfront == p->front) { /* more slots: the kept part stays at the start */
+        blk = tw__realloc(m, was, old, size, keep);
+    } else if ((blk = tw__alloc(m, size)) && was) { /* more heads: all moves up */
+        memcpy(blk + nfront - p->front, was, keep);
+        tw__free(m, was, old);
     }
-    p->entries = ents;
+    if (!blk)
+        return -ENOMEM;
+    p->entries = blk + nfront;
     p->front = nfront;
     p->cap = ncap;
     return 0;
