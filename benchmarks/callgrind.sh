@@ -8,20 +8,21 @@
 # "loop" is everything per pair: the benchmark's loop and its calls through
 # the back-end table (~25 instructions, the same for every back end) plus
 # the back end's add and cancel. For twheel, "library" is tw_schedule +
-# tw_cancel alone.
+# tw_cancel alone (twheel-thr: the threaded API, its shard lock and clock
+# read included).
 set -eu
 bench=${1:-build/benchmarks/twheel-bench}
 pairs=100000
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf '%-12s %16s %16s\n' backend "loop instr/pair" "library/pair"
-for be in twheel heap heap-inline hashed; do
+for be in twheel twheel-thr heap heap-inline hashed; do
   out="$tmp/cg.$be"
   valgrind --tool=callgrind --toggle-collect=w1_loop --callgrind-out-file="$out" \
     "$bench" --callgrind 10000 --backends "$be" >/dev/null 2>&1
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   lib="-"
-  if [ "$be" = twheel ]; then
+  if [ "$be" = twheel ] || [ "$be" = twheel-thr ]; then
     lib=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null |
       awk '/src\/timer.c:tw_(schedule|cancel)$/ {gsub(",", "", $1); s += $1} END {printf "%.0f", s / '"$pairs"'}')
   fi

@@ -44,7 +44,9 @@ void tw_options_init(struct tw_options *o)
 /* ---- shards ----------------------------------------------------------- */
 
 static _Atomic uint32_t next_thread_shard;
-static _Thread_local uint32_t thread_shard = UINT32_MAX;
+/* initial-exec: no __tls_get_addr call per schedule (4 bytes of the static
+ * TLS surplus glibc keeps even for a dlopen'ed library) */
+static _Thread_local uint32_t thread_shard __attribute__((tls_model("initial-exec"))) = UINT32_MAX;
 
 /* Threads spread over shards round-robin on first use and stay there, so
  * concurrent schedulers rarely share a lock or a cache line. */
@@ -290,31 +292,11 @@ static int add_plain(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
     return 0;
 }
 
-static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_ns,
-                                                   tw_fn fn, void *arg, tw_id *id)
-{
-    if (!t || !fn)
-        return -EINVAL;
-    if (!t->threaded) {
-        struct tw__engine *e = &t->shards[0].eng;
-        return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
-    }
-    if (stopped(t))
-        return -ESHUTDOWN;
-    uint64_t deadline = sat_add(tw__clock_now(t), delay_ns);
-    uint32_t si = pick_shard(t);
-    struct tw__shard *sh = &t->shards[si];
-    pthread_mutex_lock(&sh->lock);
-    int rc = stopped(t) ? -ESHUTDOWN : add_plain(t, si, deadline, fn, arg, id);
-    pthread_mutex_unlock(&sh->lock);
-    return rc;
-}
-
-/* The fast path below just made list head `self` non-empty: mark the
+/* insert_fast (below) just made list head `self` non-empty: mark the
  * list, and queue its bucket if that was empty. The bucket's expiration is
  * worked out again from the one task on the list (the same arithmetic as
- * the fast path's, on the same clock), so that the fast path need not keep
- * it. Returns 0; a tail call. */
+ * insert_fast's, clamp included), so that the fast path need not keep it.
+ * Returns 0: a tail call from tw_schedule. */
 static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t self)
 {
     uint32_t bn = tw__wheel_sub_started(e, self);
@@ -327,12 +309,119 @@ static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t
     return 0;
 }
 
-/* The manual-mode fast path: no lock, no bound to check, one engine. What
- * needs memory (a new level, a new pool capacity) goes the general way.
+/* The insertion both fast paths share: a plain task due at `deadline`
+ * (<= tick.lim, the caller checks) into engine e, when its level exists
+ * and a slot is free. Returns 0 when done, having set *id (when id is not
+ * NULL); 2 when done and the task made list head *started non-empty (the
+ * caller calls list_started); or 1 when the general path (add_plain) must
+ * do it: nothing has changed then.
  * Written out rather than composed from helpers, and ordered so that the
  * level and bucket are dead before the slot is taken: the instruction
  * count per schedule is a published figure, and fewer live values means
  * fewer registers saved and restored. */
+TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
+                        uint32_t si, uint64_t deadline, tw_fn fn, void *arg,
+                        tw_id *id, uint32_t *started)
+{
+    uint64_t dt = tw__div_ceil_hot(&e->tick, deadline);
+    /* tw_schedule in manual mode needs no clamp (see there); a deadline
+     * given to tw_schedule_at may be past, and a threaded schedule's clock
+     * read may be older than the driver's last pass: due now */
+    if (clamp && dt < e->cur)
+        dt = e->cur;
+    uint32_t k = tw__level_for(e, dt);
+    if (__builtin_expect(k >= e->nlevels, 0))
+        return 1;
+    /* the head of list 0 of the task's bucket; list j's is first - 2j */
+    const struct tw__level *lv = &e->lv[k];
+    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->mask) << (TW__SUB_BITS + 1));
+
+    struct tw__pool *p = &e->pool;
+    struct tw__entry *P = p->entries;
+    uint32_t i = p->free_head;
+    if (__builtin_expect(i != TW__NIL, 1)) {
+        p->free_head = P[i].link.next;
+    } else if (p->used < p->cap) {
+        i = p->used++;
+        P[i].gen = 0;
+    } else {
+        return 1;
+    }
+    struct tw__entry *en = &P[i];
+    uint32_t gen = en->gen += TW__GEN_PLAIN;
+    en->deadline = deadline;
+    en->fn = fn;
+    en->arg = arg;
+    e->scheduled++;
+    if (id)
+        *id = ((uint64_t)gen << 32) | ((uint64_t)i << shard_bits) | si;
+
+    /* append to list i % 8 of the bucket (see tw__wheel_append) */
+    uint32_t self = first - ((i & (TW__SUBS - 1u)) << 1), r = tw__ref(i);
+    struct tw__link *h = tw__pool_link(p, self);
+    uint32_t tail = h->prev;
+    en->link.next = self;
+    h->prev = r;
+    en->link.prev = tail;
+    tw__pool_link(p, tail)->next = r; /* the head itself if the list was empty */
+    if (__builtin_expect(tail != self, 1))
+        return 0;
+    *started = self;
+    return 2;
+}
+
+/* Schedules a plain task at an absolute deadline on shard si, whose lock
+ * the caller holds: the shared insertion, or the general path for what it
+ * cannot do (a new level, a full pool, a bound on pending tasks, a
+ * deadline past tick.lim). */
+static int add_plain_locked(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
+                            void *arg, tw_id *id)
+{
+    struct tw__engine *e = &t->shards[si].eng;
+    uint32_t started;
+    int rc;
+    if (stopped(t))
+        return -ESHUTDOWN;
+    if (t->max_pending || deadline > e->tick.lim ||
+        (rc = insert_fast(e, 1, t->shard_bits, si, deadline, fn, arg, id, &started)) == 1)
+        return add_plain(t, si, deadline, fn, arg, id);
+    if (rc == 2) { /* a new bucket: in threaded mode it may be the earliest */
+        uint64_t before = t->threaded ? queue_head_tick(e) : 0;
+        list_started(e, started);
+        if (t->threaded)
+            kick_if_earlier(t, e, before);
+    }
+    return 0;
+}
+
+/* A threaded tw_schedule: delays count from a clock read now. */
+static __attribute__((noinline)) int schedule_threaded(tw_timer *t, uint64_t delay_ns,
+                                                       tw_fn fn, void *arg, tw_id *id)
+{
+    if (stopped(t))
+        return -ESHUTDOWN;
+    uint64_t deadline = sat_add(tw__clock_now(t), delay_ns);
+    uint32_t si = pick_shard(t);
+    struct tw__shard *sh = &t->shards[si];
+    pthread_mutex_lock(&sh->lock);
+    int rc = add_plain_locked(t, si, deadline, fn, arg, id);
+    pthread_mutex_unlock(&sh->lock);
+    return rc;
+}
+
+static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_ns,
+                                                   tw_fn fn, void *arg, tw_id *id)
+{
+    if (!t || !fn)
+        return -EINVAL;
+    if (t->threaded)
+        return schedule_threaded(t, delay_ns, fn, arg, id);
+    struct tw__engine *e = &t->shards[0].eng;
+    return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
+}
+
+/* The manual-mode fast path: no lock, no bound to check, one engine. What
+ * needs memory (a new level, a new pool capacity) goes the general way. */
 int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                 tw_id *id)
 {
@@ -348,45 +437,13 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     /* dt >= cur with no clamp: cur <= floor(now / tick) (the end-of-time
      * advance, which sets cur past that, leaves now at UINT64_MAX, where
      * every deadline took the general path above), and deadline >= now. */
-    uint64_t dt = tw__div_ceil_hot(&e->tick, deadline);
-    uint32_t k = tw__level_for(e, dt);
-    if (__builtin_expect(k >= e->nlevels, 0))
-        return add_plain(t, 0, deadline, fn, arg, id);
-    /* the head of list 0 of the task's bucket; list j's is first - 2j */
-    const struct tw__level *lv = &e->lv[k];
-    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->mask) << (TW__SUB_BITS + 1));
-
-    struct tw__pool *p = &e->pool;
-    struct tw__entry *P = p->entries;
-    uint32_t i = p->free_head;
-    if (__builtin_expect(i != TW__NIL, 1)) {
-        p->free_head = P[i].link.next;
-    } else if (p->used < p->cap) {
-        i = p->used++;
-        P[i].gen = 0;
-    } else {
-        return add_plain(t, 0, deadline, fn, arg, id);
-    }
-    struct tw__entry *en = &P[i];
-    uint32_t gen = en->gen += TW__GEN_PLAIN;
-    en->deadline = deadline;
-    en->fn = fn;
-    en->arg = arg;
-    e->scheduled++;
-    if (id)
-        *id = ((uint64_t)gen << 32) | i; /* one shard: no shard bits */
-
-    /* append to list i % 8 of the bucket (see tw__wheel_append) */
-    uint32_t self = first - ((i & (TW__SUBS - 1u)) << 1), r = tw__ref(i);
-    struct tw__link *h = tw__pool_link(p, self);
-    uint32_t tail = h->prev;
-    en->link.next = self;
-    h->prev = r;
-    en->link.prev = tail;
-    tw__pool_link(p, tail)->next = r; /* the head itself if the list was empty */
-    if (__builtin_expect(tail != self, 1))
+    uint32_t started;
+    int rc = insert_fast(e, 0, 0, 0, deadline, fn, arg, id, &started);
+    if (__builtin_expect(rc == 0, 1))
         return 0;
-    return list_started(e, self);
+    if (rc == 1)
+        return add_plain(t, 0, deadline, fn, arg, id);
+    return list_started(e, started);
 }
 
 int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn, void *arg,
@@ -397,7 +454,7 @@ int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn, void *arg,
     uint32_t si = pick_shard(t);
     struct tw__shard *sh = &t->shards[si];
     tw__shard_lock(t, sh);
-    int rc = stopped(t) ? -ESHUTDOWN : add_plain(t, si, deadline_ns, fn, arg, id);
+    int rc = add_plain_locked(t, si, deadline_ns, fn, arg, id);
     tw__shard_unlock(t, sh);
     return rc;
 }
