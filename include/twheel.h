@@ -172,7 +172,9 @@ TW_API int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                        tw_id *id);
 
 /* Like tw_schedule, with an absolute deadline on the timer's clock. A
- * deadline in the past fires at the next tw_advance. */
+ * deadline in the past is due now: it fires at the next tw_advance (in
+ * threaded mode, the driver's next pass). Reads no clock, where a threaded
+ * tw_schedule reads it once per call. */
 TW_API int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn,
                           void *arg, tw_id *id);
 
