@@ -353,6 +353,8 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
     en->fn = fn;
     en->arg = arg;
     e->scheduled++;
+    /* tw__make_id's layout; taken apart so that manual mode's constant
+     * shard_bits and si fold away */
     if (id)
         *id = ((uint64_t)gen << 32) | ((uint64_t)i << shard_bits) | si;
 
