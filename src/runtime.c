@@ -34,6 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "timer.h"
 
@@ -228,6 +231,14 @@ static void *driver_main(void *p)
     tw_timer *t = p;
     struct tw__runtime *rt = t->rt;
     tls_timer = t;
+#ifdef __linux__
+    /* Linux lets a sleep end up to the thread's timer slack late (50 us
+     * unless the process set it), so that wake-ups can be merged. The
+     * driver sleeps only until a bucket is due and its whole job is to be
+     * on time: it asks for the least slack, 1 ns. That took ~50 us off
+     * every firing in W2 (p50 0.63 -> 0.58 ms) at no measurable CPU. */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
     pthread_mutex_lock(&rt->mu);
     while (!rt->stopping) {
         uint64_t seen_kicks = rt->kicks, req = rt->wake_req;

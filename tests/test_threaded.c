@@ -6,6 +6,9 @@
 #include "helpers.h"
 
 #include <dirent.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -318,6 +321,39 @@ static void test_thread_names(void **state)
     assert_int_equal(count_threads_named("tw-"), 0);
 }
 
+#ifdef __linux__
+static void read_slack(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    atomic_store((_Atomic long *)arg, (long)prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL));
+}
+#endif
+
+/* The driver sleeps with 1 ns of timer slack (Linux), whatever the
+ * process has: a callback on the driver thread reads its own. */
+static void test_driver_timer_slack(void **state)
+{
+    (void)state;
+#ifdef __linux__
+    long was = prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
+    /* a new thread starts with its creator's slack: make ours distinct */
+    assert_int_equal(prctl(PR_SET_TIMERSLACK, 200000UL, 0UL, 0UL, 0UL), 0);
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    _Atomic long slack = -1;
+    assert_int_equal(tw_schedule(t, 0, read_slack, &slack, NULL), 0);
+    atomic_store(&c.now, atomic_load(&c.now) + MS);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&slack), 1);
+    assert_int_equal(prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL), 200000); /* ours is untouched */
+    tw_destroy(t);
+    prctl(PR_SET_TIMERSLACK, (unsigned long)was, 0UL, 0UL, 0UL);
+#else
+    skip();
+#endif
+}
+
 /* ---- real time (tolerant) -------------------------------------------- */
 
 struct rtask {
@@ -480,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_stop_from_callback),
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_thread_names),
+        cmocka_unit_test(test_driver_timer_slack),
         cmocka_unit_test(test_kafka_timer_realtime),
         cmocka_unit_test(test_realtime_no_idle_wakeups),
         cmocka_unit_test(test_long_callback_on_worker),
