@@ -75,8 +75,9 @@ struct tw_options {
     uint32_t wheel_size;          /* slots per level: power of two in
                                      [2, TW_MAX_WHEEL_SIZE]; default 64.
                                      A level, made when first needed,
-                                     costs wheel_size * 72 bytes (4.5 KB
-                                     at 64) */
+                                     costs wheel_size * 144 bytes (9 KB
+                                     at 64: twice the slots' bucket
+                                     lists, see tw_advance) */
     uint64_t max_pending;         /* 0 = unbounded; else schedule beyond it
                                      returns -EAGAIN */
     uint64_t (*clock)(void *ctx); /* NULL = CLOCK_MONOTONIC in ns */
@@ -129,7 +130,8 @@ struct tw_stats {
                                 cancel_keyed */
     uint64_t drained;        /* tasks handed back by tw_drain / tw_stop */
     uint64_t cascaded;       /* re-insertions of a task from a coarse bucket
-                                into a finer one */
+                                into a finer one, at the bucket's tick or
+                                ahead of it (see tw_advance) */
     uint64_t rejected;       /* schedules refused for max_pending */
     uint64_t levels;         /* wheel levels created so far */
     uint64_t queued_buckets; /* non-empty buckets in the delay queue now */
@@ -219,7 +221,12 @@ TW_API int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen);
  * order, after all of them have been collected. Returns how many callbacks
  * ran, -EDEADLK when called from a callback of this timer, -EINVAL (t
  * NULL), -EPERM on a threaded timer. Cost is proportional to the buckets
- * and tasks due, never to the time that passed. */
+ * and tasks due, never to the time that passed, plus, when a bucket came
+ * due, a bounded slice of work done ahead: after the callbacks, up to 1024
+ * tasks per level move from the next coarse bucket to a finer level, so
+ * that a big coarse bucket is not cascaded all at once at its tick, where
+ * that tick's due tasks would wait for it (the threaded driver does the
+ * same after each firing pass). */
 TW_API int tw_advance(tw_timer *t, uint64_t now_ns);
 
 /* Sets *deadline_ns to the time at which tw_advance next has work: never

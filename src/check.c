@@ -109,7 +109,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         const struct tw__dq_node *nd = &e->dq.h[pos];
         if (pos && tw__dq_less(nd, &e->dq.h[(pos - 1) / 2]))
             FAIL(c, "heap order broken at %u", pos);
-        if ((nd->bn >> e->bits) >= e->nlevels) {
+        if ((nd->bn >> e->sbits) >= e->nlevels) {
             FAIL(c, "heap %u names bucket %u of no level", pos, nd->bn);
             continue;
         }
@@ -121,7 +121,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     /* the levels' limits follow the clock */
     for (uint32_t k = 0; k < e->max_levels; k++)
         if (e->lv[k].last != tw__wheel_level_last(e, k, e->cur) ||
-            e->lv[k].shift != e->bits * k || e->lv[k].sb != tw__sent(k << e->bits, 0))
+            e->lv[k].shift != e->bits * k || e->lv[k].sb != tw__sent(k << e->sbits, 0))
             FAIL(c, "level %u: last tick %llu (expected %llu), shift %u, first head %#x",
                  k, (unsigned long long)e->lv[k].last,
                  (unsigned long long)tw__wheel_level_last(e, k, e->cur), e->lv[k].shift,
@@ -130,8 +130,8 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     /* every bucket */
     for (uint32_t k = 0; k < e->nlevels; k++) {
         uint32_t shift = e->bits * k;
-        for (uint32_t s = 0; s < e->wsize; s++) {
-            uint32_t bn = (k << e->bits) | s;
+        for (uint32_t s = 0; s <= e->smask; s++) {
+            uint32_t bn = (k << e->sbits) | s;
             struct tw__bucket *b = &e->level[k][s];
             uint32_t mask = 0;
             for (uint32_t j = 0; j < TW__SUBS; j++)
@@ -152,13 +152,20 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             if (empty)
                 FAIL(c, "bucket %u is queued but empty", bn);
             uint64_t exp = e->dq.h[b->heap_index].exp;
-            if (((exp >> shift) & e->mask) != s || ((exp >> shift) << shift) != exp)
+            if (((exp >> shift) & e->smask) != s || ((exp >> shift) << shift) != exp)
                 FAIL(c, "bucket %u: expiration %llu does not map to it", bn,
                      (unsigned long long)exp);
             if (k == 0 ? exp < e->cur : exp <= e->cur)
                 FAIL(c, "bucket %u: expiration %llu is behind the clock %llu", bn,
                      (unsigned long long)exp, (unsigned long long)e->cur);
-            if ((exp >> shift) - (e->cur >> shift) >= e->wsize)
+            /* W blocks ahead for what is placed; the W after them only for
+             * what tw__wheel_spread brought down from the next bucket of
+             * level k + 1 */
+            uint64_t ahead = (exp >> shift) - (e->cur >> shift);
+            uint32_t up = shift + e->bits;
+            if (ahead >= e->wsize &&
+                (ahead >= 2u * (uint64_t)e->wsize || up >= 64 ||
+                 (exp >> up) != (e->cur >> up) + 1))
                 FAIL(c, "bucket %u: expiration %llu beyond its level's span", bn,
                      (unsigned long long)exp);
             struct placement p = { k, exp, 0, 0 };

@@ -186,9 +186,10 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
         tw__engine_set_now(e, now);
     uint64_t r, target = now == UINT64_MAX ? tw__ticks_ceil(e, now)
                                            : tw__div_floor(&e->tick, now, &r);
+    uint64_t pops = 0;
     if ((e->dq.n && e->dq.h[0].exp <= target) || tw__expired_first(e) != TW__EXPIRED_SENT) {
         e->advances++;
-        tw__wheel_collect(e, target);
+        pops = tw__wheel_collect(e, target);
     }
     for (;;) {
         int n = 0;
@@ -196,6 +197,12 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
         while (n < BATCH && !atomic_load_explicit(&rt->halt, memory_order_acquire) &&
                tw__take_job(t, si, now, &batch[n]) == 0)
             n++;
+        /* every due task taken (and, with no workers, run): spread the
+         * next cascades, where no firing waits for it. It moves tasks only
+         * to buckets due no earlier than the one they leave, so the
+         * driver's next wake-up stands. */
+        if (!n && pops)
+            tw__wheel_spread(e);
         pthread_mutex_unlock(&sh->lock);
         if (!n)
             return;

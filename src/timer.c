@@ -304,7 +304,7 @@ static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t
         uint64_t dt = tw__ticks_ceil(e, tw__ref_entry(&e->pool, tw__link_at(e, self)->next)->deadline);
         if (dt < e->cur)
             dt = e->cur;
-        tw__wheel_queue_bucket(e, bn, tw__wheel_bucket_exp(e, dt, bn >> e->bits));
+        tw__wheel_queue_bucket(e, bn, tw__wheel_bucket_exp(e, dt, bn >> e->sbits));
     }
     return 0;
 }
@@ -334,7 +334,7 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
         return 1;
     /* the head of list 0 of the task's bucket; list j's is first - 2j */
     const struct tw__level *lv = &e->lv[k];
-    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->mask) << (TW__SUB_BITS + 1));
+    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->smask) << (TW__SUB_BITS + 1));
 
     struct tw__pool *p = &e->pool;
     struct tw__entry *P = p->entries;
@@ -767,8 +767,12 @@ int tw_advance(tw_timer *t, uint64_t now_ns)
      * UINT64_MAX) reaches every tick: everything fires, nothing early. */
     uint64_t r, target = now_ns == UINT64_MAX ? tw__ticks_ceil(e, now_ns)
                                               : tw__div_floor(&e->tick, now_ns, &r);
-    tw__wheel_collect(e, target);
-    return run_manual(t, e, now_ns);
+    uint64_t pops = tw__wheel_collect(e, target);
+    int n = run_manual(t, e, now_ns);
+    /* after the callbacks, so that they do not wait for it */
+    if (pops)
+        tw__wheel_spread(e);
+    return n;
 }
 
 /* ---- queries ---------------------------------------------------------- */

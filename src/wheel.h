@@ -58,7 +58,9 @@ struct tw__engine {
                                 lim - now_ns + 1, or 0 past lim */
     uint64_t cur;            /* current time in ticks, floor(now / tick) */
     struct tw__div tick;
-    uint32_t bits, mask, wsize;
+    uint32_t bits, wsize;       /* a level's growth: W = 2^bits = wsize */
+    uint32_t sbits, smask;      /* its buckets: 2W = 2^sbits, 2W - 1 (see
+                                   "Spreading the cascade" in wheel.c) */
     uint32_t nlevels, max_levels;
     uint8_t level_of_log2[64];
     struct tw__level lv[TW__MAX_LEVELS];
@@ -108,7 +110,7 @@ void tw__engine_destroy(struct tw__engine *e);
 TW__HOT struct tw__bucket *tw__bucket_at(const struct tw__engine *e,
                                                uint32_t bn)
 {
-    return &e->level[bn >> e->bits][bn & e->mask];
+    return &e->level[bn >> e->sbits][bn & e->smask];
 }
 
 /* The sentinel (ref) of list j of bucket bn. */
@@ -128,7 +130,7 @@ TW__HOT uint32_t tw__sent_bucket(uint32_t s, uint32_t *j)
 /* The list heads in front of slot 0 while the wheel has nlevels levels. */
 TW__HOT uint32_t tw__sent_count(const struct tw__engine *e, uint32_t nlevels)
 {
-    return 1u + ((nlevels * e->wsize) << TW__SUB_BITS);
+    return 1u + ((nlevels << e->sbits) << TW__SUB_BITS);
 }
 
 /* The link that ref r names: one address computation for entries and
@@ -231,7 +233,7 @@ TW__HOT uint32_t tw__wheel_append(struct tw__engine *e, uint32_t i,
                                   struct tw__entry *en, uint64_t dt, uint32_t k)
 {
     const struct tw__level *lv = &e->lv[k];
-    uint32_t slot = (uint32_t)(dt >> lv->shift) & e->mask;
+    uint32_t slot = (uint32_t)(dt >> lv->shift) & e->smask;
     uint32_t j = i & (TW__SUBS - 1u);
     uint32_t self = lv->sb - (((slot << TW__SUB_BITS) | j) << 1);
     struct tw__link *h = tw__link_at(e, self);
@@ -276,6 +278,13 @@ TW__HOT void tw__wheel_place(struct tw__engine *e, uint32_t i,
  * coarse buckets on the way, and sets the current tick to target (never
  * backwards). Allocates nothing. Returns the number of buckets popped. */
 uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target);
+
+/* After an advance that popped a bucket: moves up to TW__SPREAD tasks per
+ * level from the next bucket of each level k >= 1 down to level k - 1,
+ * ahead of that bucket's time (see "Spreading the cascade" in wheel.c).
+ * Allocates nothing, calls no user code, fires nothing. */
+#define TW__SPREAD 1024u
+void tw__wheel_spread(struct tw__engine *e);
 
 /* Moves every pending task of the wheel onto the expired list (drain). */
 void tw__wheel_collect_all(struct tw__engine *e);

@@ -102,13 +102,15 @@ static void test_overflow_clocks_after_advance(void **state)
     struct tw_stats s;
     tw_stats(t, &s);
     assert_int_equal(s.queued_buckets, 1);
-    /* at 16 the bucket cascades: 20 -> level 1 [20, 24), 30 -> [28, 32) */
+    /* at 16 the bucket cascades: 20 -> level 1 [20, 24), 30 -> [28, 32);
+     * then, [20, 24) being level 1's next bucket, the spread moves 20 on
+     * down to level 0 ahead of time (its 3rd re-insertion in all) */
     assert_int_equal(tw_advance(t, 16 * MS), 0);
     assert_int_equal(tw_next_deadline(t, &d), 0);
     assert_int_equal(d, 20 * MS);
     tw_stats(t, &s);
     assert_int_equal(s.queued_buckets, 2);
-    assert_int_equal(s.cascaded, 2);
+    assert_int_equal(s.cascaded, 3);
     assert_int_equal(tw_advance(t, 20 * MS), 1);
     assert_int_equal(tw_next_deadline(t, &d), 0);
     assert_int_equal(d, 28 * MS); /* level 1's bucket of 30 */
@@ -117,6 +119,82 @@ static void test_overflow_clocks_after_advance(void **state)
     assert_int_equal(d, 30 * MS); /* demoted again to level 0 */
     assert_int_equal(tw_advance(t, 30 * MS), 1);
     assert_int_equal(n, 2);
+    tw_destroy(t);
+}
+
+/* A big coarse bucket is not cascaded whole at its tick: each advance that
+ * fires something moves a bounded slice of the next coarse bucket down
+ * ahead of time, so that by its tick nothing is left to cascade (the tick's
+ * due tasks would otherwise wait for all of it). Nothing fires early or out
+ * of order on the way. */
+struct spread_task {
+    uint64_t deadline;
+    uint64_t fired_at;
+    int fired;
+};
+
+static uint64_t spread_last; /* the deadline of the last task fired */
+static int spread_order_ok = 1;
+
+static void spread_fn(tw_timer *t, tw_id id, void *arg)
+{
+    struct spread_task *k = arg;
+    (void)id;
+    k->fired++;
+    k->fired_at = tw_now(t);
+    /* tasks of different (rounded-up) ticks fire in order */
+    if ((k->deadline + MS - 1) / MS < (spread_last + MS - 1) / MS)
+        spread_order_ok = 0;
+    spread_last = k->deadline;
+}
+
+static void test_cascade_spread(void **state)
+{
+    (void)state;
+    enum { BIG = 5000, BEATS = 128 }; /* beats 1 .. 127 ms */
+    struct fake_clock c;
+    tw_timer *t = mk(&c, MS, 64);
+    static struct spread_task big[BIG], beat[BEATS];
+    spread_last = 0;
+    spread_order_ok = 1;
+    /* level 1's bucket [64, 128) ms gets BIG tasks due 100 .. 127 ms (the
+     * odd ns rounds them up a tick); one task due each ms keeps every
+     * advance firing something */
+    for (int i = 0; i < BIG; i++) {
+        big[i].deadline = (uint64_t)(100 + i % 28) * MS - (uint64_t)(i % 3);
+        assert_int_equal(tw_schedule_at(t, big[i].deadline, spread_fn, &big[i], NULL), 0);
+    }
+    for (int i = 1; i < BEATS; i++) {
+        beat[i].deadline = (uint64_t)i * MS;
+        assert_int_equal(tw_schedule_at(t, beat[i].deadline, spread_fn, &beat[i], NULL), 0);
+    }
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.cascaded, 0);
+    uint64_t before = 0, most = 0;
+    for (uint64_t ms = 1; ms < BEATS; ms++) {
+        assert_true(tw_advance(t, ms * MS) >= 1);
+        assert_check(t);
+        tw_stats(t, &s);
+        uint64_t moved = s.cascaded - before;
+        before = s.cascaded;
+        if (moved > most)
+            most = moved;
+        if (ms == 63) /* all of [64, 128) is down before its tick: the
+                         * BIG tasks and the 64 beats due in it */
+            assert_int_equal(s.cascaded, BIG + 64);
+        if (ms == 64) /* so its tick cascades nothing */
+            assert_int_equal(moved, 0);
+    }
+    /* spread over several advances, not done in one */
+    assert_true(most <= BIG / 4);
+    for (int i = 0; i < BIG; i++) {
+        assert_int_equal(big[i].fired, 1);
+        /* never early, and at the first advance at or past the deadline's tick */
+        assert_true(big[i].fired_at >= big[i].deadline);
+        assert_int_equal(big[i].fired_at, (big[i].deadline + MS - 1) / MS * MS);
+    }
+    assert_true(spread_order_ok);
     tw_destroy(t);
 }
 
@@ -192,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_overflow_level_created_and_reused),
         cmocka_unit_test(test_advance_within_and_to_next_tick),
         cmocka_unit_test(test_overflow_clocks_after_advance),
+        cmocka_unit_test(test_cascade_spread),
         cmocka_unit_test(test_task_expiration),
     };
     return cmocka_run_group_tests_name("kafka", tests, NULL, NULL);

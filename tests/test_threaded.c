@@ -147,6 +147,51 @@ static void test_cancel_before_fire(void **state)
     tw_destroy(t);
 }
 
+/* The driver spreads a big coarse bucket's cascade over its passes before
+ * the bucket's tick, as tw_advance does (test_kafka.c has the manual-mode
+ * version): by that tick nothing is left to move, so no pass holds the
+ * shard lock for the whole bucket. */
+static void test_driver_spreads_cascade(void **state)
+{
+    (void)state;
+    enum { BIG = 3000, BEATS = 128 };
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    uint64_t base = atomic_load(&c.now); /* 10^6 ms: a level-1 block starts */
+    static struct ftask big[BIG], beat[BEATS];
+    for (int i = 0; i < BIG; i++) {
+        big[i] = (struct ftask){ &c, base + (uint64_t)(100 + i % 28) * MS - (uint64_t)(i % 3), 0, 0 };
+        assert_int_equal(tw_schedule_at(t, big[i].deadline, ftask_fn, &big[i], NULL), 0);
+    }
+    for (int i = 1; i < BEATS; i++) { /* something due at every pass */
+        beat[i] = (struct ftask){ &c, base + (uint64_t)i * MS, 0, 0 };
+        assert_int_equal(tw_schedule_at(t, beat[i].deadline, ftask_fn, &beat[i], NULL), 0);
+    }
+    struct tw_stats s;
+    uint64_t before = 0, most = 0;
+    for (uint64_t ms = 1; ms < BEATS; ms++) {
+        atomic_store(&c.now, base + ms * MS);
+        assert_int_equal(tw_wake(t), 0);
+        assert_int_equal(atomic_load(&beat[ms].fired), 1);
+        tw_stats(t, &s);
+        uint64_t moved = s.cascaded - before;
+        before = s.cascaded;
+        most = moved > most ? moved : most;
+        if (ms == 63) /* [64, 128) ms is all down: BIG tasks and 64 beats */
+            assert_int_equal(s.cascaded, BIG + 64);
+        if (ms == 64)
+            assert_int_equal(moved, 0);
+    }
+    assert_true(most <= BIG / 2);
+    for (int i = 0; i < BIG; i++) {
+        assert_int_equal(atomic_load(&big[i].fired), 1);
+        assert_int_equal(atomic_load(&big[i].early), 0);
+    }
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static _Atomic int periodic_runs;
 static _Atomic int periodic_cancel_rc = 1;
 static void periodic_fn(tw_timer *t, tw_id id, void *arg)
@@ -511,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_fake_clock_wake),
         cmocka_unit_test(test_clock_behind_driver),
         cmocka_unit_test(test_cancel_before_fire),
+        cmocka_unit_test(test_driver_spreads_cascade),
         cmocka_unit_test(test_periodic_threaded),
         cmocka_unit_test(test_stop_hands_back),
         cmocka_unit_test(test_stop_from_callback),
