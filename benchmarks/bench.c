@@ -626,8 +626,9 @@ static void run_w2(void)
  * as warm as the workload leaves them. Set against W2 above, it shows how
  * much of W2's CPU is the wake-ups themselves (their CPU, measured here
  * too, and the caches the machine cools while the loop sleeps). The
- * longest single advance is how long a back end keeps due timers waiting
- * while it works (for a wheel, the tick that cascades a coarse bucket). */
+ * longest single advance (in thread CPU time) is how long a back end
+ * keeps due timers waiting while it works (for a wheel whose coarse
+ * buckets cascade whole, the tick that cascades one). */
 static void run_w2_sim(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
@@ -639,7 +640,7 @@ static void run_w2_sim(void)
     }
     double sleep_us = (process_cpu() - c0) * 1e6 / sleeps;
     printf("\nW2 on a simulated clock: the same %zu timers, advanced 1 ms at a time, no sleeping\n", n);
-    printf("    %-11s %14s %16s\n", "", "CPU s/million", "longest advance");
+    printf("    %-11s %14s %16s\n", "", "CPU s/million", "longest advance (CPU)");
     struct result r[NBACKENDS];
     int nr = 0;
     uint64_t *delays = malloc(n * sizeof(uint64_t));
@@ -665,9 +666,12 @@ static void run_w2_sim(void)
         /* every delay is under 2 s; a back end still short of n by 3 s
          * of simulated time has lost timers, which the line says */
         for (uint64_t t = base + MS; g_fired < n && t < base + 3 * SEC; t += MS) {
-            uint64_t w0 = bench_now_ns();
+            /* thread CPU, not wall time: a preemption of this thread (a
+             * shared VM's steal) is not the back end's work, and one such
+             * pause in ~2,000 advances used to set the figure */
+            double w0 = bench_thread_cpu();
             ops->advance(&be, t);
-            uint64_t w = bench_now_ns() - w0;
+            uint64_t w = (uint64_t)((bench_thread_cpu() - w0) * 1e9);
             if (w > longest)
                 longest = w;
         }
