@@ -53,17 +53,18 @@
  * (the block after the current one) move to level k - 1, whose 2W blocks
  * from the current one reach the end of that bucket. A busy timer thus
  * empties each coarse bucket in slices before its tick comes (W2: ~31
- * slices a level-1 bucket; its longest advance on a simulated clock
- * 0.08 to 0.10 ms instead of 0.9 to 1.0, threaded p99 1.07 to 1.10 ms
- * instead of 1.29 to 1.76, A/B in one session), and whatever is left when
- * the tick comes cascades whole, as before. The work is the same moves, done earlier: a
- * task cancelled in between was moved for nothing, which costs little
- * since the window is the last 1/W of the task's time at that level. An
- * advance that pops nothing spreads nothing, so an idle timer does no
- * work and takes no extra wake-up (W3), and a spread moves tasks only to
- * buckets due no earlier than the one they leave, so the next deadline
- * it reports never moves earlier. Cost: twice the bucket heads, 144
- * bytes per slot and level instead of 72 (9 KB a level at W = 64).
+ * slices a level-1 bucket; its longest advance on a simulated clock 0.09
+ * to 0.10 ms of CPU instead of 0.70 to 0.99, threaded p99 1.05 to 1.10 ms
+ * instead of 1.24 to 1.76; benchmarks/results/history.md), and whatever
+ * is left when the tick comes cascades whole, as before. The work is the
+ * same moves, done earlier: a task cancelled in between was moved for
+ * nothing, which costs little since the window is the last 1/W of the
+ * task's time at that level. An advance that pops nothing spreads
+ * nothing, so an idle timer does no work and takes no extra wake-up (W3),
+ * and a spread moves tasks only to buckets due no earlier than the one
+ * they leave, so the next deadline it reports never moves earlier.
+ * Cost: twice the bucket heads, 144 bytes per slot and level instead of
+ * 72 (9 KB a level at W = 64).
  *
  * Never early: a deadline is rounded UP to the tick (tw__ticks_ceil) before
  * it is placed, and a bucket is popped only when the target tick, floor(now
@@ -328,9 +329,9 @@ static uint32_t spread_bucket(struct tw__engine *e, uint32_t bn, uint32_t k,
             } else {
                 tw__wheel_sub_emptied(e, self); /* the last list leaves the queue */
             }
-            /* the task is due in the next block of level k, after cur:
-             * level k - 1's second W buckets hold it (never early: dt is
-             * its own rounded-up tick, as everywhere) */
+            /* the task is due in the next block of level k, after cur,
+             * within level k - 1's 2W blocks from the current one (never
+             * early: dt is its own rounded-up tick, as everywhere) */
             tw__wheel_place_at(e, tw__ref_slot(r), en, tw__ticks_ceil(e, en->deadline), k - 1);
             moved++;
         }
