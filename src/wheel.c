@@ -234,6 +234,14 @@ static void splice_to_expired(struct tw__engine *e, uint32_t first,
     x->prev = last;
 }
 
+/* Both cache lines of the entry that ref r names (see empty_bucket). */
+static inline void prefetch_entry(const struct tw__engine *e, uint32_t r)
+{
+    const char *p = (const char *)tw__ref_entry(&e->pool, r);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + sizeof(struct tw__entry) - 1);
+}
+
 /* Takes every task out of bucket bn, visiting its lists round-robin with
  * the next entry of each list prefetched, so that the misses of the
  * lists overlap. A task due by the current tick goes to the expired list;
@@ -267,11 +275,9 @@ static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
             uint32_t i = tw__ref_slot(r);
             uint32_t next = en->link.next;
             cursor[j] = next;
-            if (next != self) {
-                const char *ne = (const char *)tw__ref_entry(&e->pool, next);
-                __builtin_prefetch(ne);
-                __builtin_prefetch(ne + sizeof(struct tw__entry) - 1);
-            } else
+            if (next != self)
+                prefetch_entry(e, next);
+            else
                 live--;
             uint64_t dt;
             if (!cascade || (dt = tw__ticks_ceil(e, en->deadline)) <= e->cur) {
@@ -322,13 +328,10 @@ static uint32_t spread_bucket(struct tw__engine *e, uint32_t bn, uint32_t k,
             uint32_t next = en->link.next;
             h->next = next;
             tw__link_at(e, next)->prev = self;
-            if (next != self) {
-                const char *ne = (const char *)tw__ref_entry(&e->pool, next);
-                __builtin_prefetch(ne);
-                __builtin_prefetch(ne + sizeof(struct tw__entry) - 1);
-            } else {
+            if (next != self)
+                prefetch_entry(e, next);
+            else
                 tw__wheel_sub_emptied(e, self); /* the last list leaves the queue */
-            }
             /* the task is due in the next block of level k, after cur,
              * within level k - 1's 2W blocks from the current one (never
              * early: dt is its own rounded-up tick, as everywhere) */
