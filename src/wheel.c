@@ -311,8 +311,8 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
 
 /* Moves up to `budget` tasks of bucket bn (level k >= 1) down to level
  * k - 1, taking the head of each list in turn with the next entry
- * prefetched, as empty_bucket does. Returns how many it moved. */
-static uint32_t spread_bucket(struct tw__engine *e, uint32_t bn, uint32_t k,
+ * prefetched, as empty_bucket does. */
+static void spread_bucket(struct tw__engine *e, uint32_t bn, uint32_t k,
                               uint32_t budget)
 {
     struct tw__bucket *b = tw__bucket_at(e, bn);
@@ -340,7 +340,6 @@ static uint32_t spread_bucket(struct tw__engine *e, uint32_t bn, uint32_t k,
         }
     }
     e->cascaded += moved;
-    return moved;
 }
 
 void tw__wheel_spread(struct tw__engine *e)
