@@ -198,8 +198,9 @@ TW_API int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns);
 
 /* Cancels a task. Returns 0 if it was pending (its callback will not run;
  * for a periodic task running its callback right now: it will not run
- * again), -ENOENT if it already fired, was cancelled, or never existed,
- * -EINVAL if t is NULL. O(1). */
+ * again; threaded, a periodic task the driver has taken but whose callback
+ * has not started does not run), -ENOENT if it already fired, was
+ * cancelled, or never existed, -EINVAL if t is NULL. O(1). */
 TW_API int tw_cancel(tw_timer *t, tw_id id);
 
 /* Schedules a task under a key (a byte string, copied). A pending task
@@ -246,9 +247,12 @@ TW_API size_t tw_pending(tw_timer *t);
 /* Removes every pending task without firing it, calling each(t, id,
  * task_arg) for each (each may be NULL to just drop them). Keys are freed.
  * A periodic task whose callback is running is handed back too and will
- * not run again. `arg` is the caller's context, readable from `each` with
- * tw_drain_arg(). Returns how many tasks were removed. each must not call
- * back into this timer. */
+ * not run again; threaded, so is one the driver has taken and whose
+ * callback has not started, and that callback does not run. `arg` is the
+ * caller's context, readable from `each` with tw_drain_arg(). Returns how
+ * many tasks were removed. each must not call back into this timer.
+ * O(pending + buckets), plus a pass over the slots ever used while a
+ * periodic task is running or taken. */
 TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
 
 /* Within a tw_drain / tw_stop callback: the `arg` given to that call. */

@@ -193,11 +193,13 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         if (((g & 3u) == TW__GEN_EXTRA) != (en->fn == tw__extra_marker))
             FAIL(c, "slot %u: generation %#x disagrees with its callback", i, g);
         if (tw__is_extra(en) && ((struct tw__extra *)en->arg)->state != TW__X_IDLE) {
-            uint8_t st = ((struct tw__extra *)en->arg)->state;
             running++;
-            running_live += st == TW__X_FIRING || st == TW__X_RESCHED;
+            running_live += tw__extra_live(en->arg);
         }
     }
+    if (running != e->taken)
+        FAIL(c, "%llu periodic tasks running or waiting to, %u counted",
+             (unsigned long long)running, e->taken);
     if (allocated != listed + running)
         FAIL(c, "%llu slots in use, %llu listed, %llu running", (unsigned long long)allocated,
              (unsigned long long)listed, (unsigned long long)running);

@@ -40,6 +40,14 @@ struct tw__extra {
     unsigned char inline_key[TW__INLINE_KEY];
 };
 
+/* A periodic task taken to fire (state not IDLE) that nobody has
+ * cancelled or drained since: it is still pending, and still to run or be
+ * re-armed. */
+static inline int tw__extra_live(const struct tw__extra *x)
+{
+    return x->state == TW__X_FIRING || x->state == TW__X_RESCHED;
+}
+
 /* The callback stored in every entry that has an extra record; that is how
  * such an entry is recognised. Never called: if it ever were, it says so
  * and aborts. */

@@ -81,32 +81,31 @@ static uint64_t mono_ns(void)
 
 /* ---- handing back ------------------------------------------------------ */
 
-/* A job that was taken but will not run. One-shot tasks were released
- * when taken; a periodic one is released here (unless it was cancelled
- * meanwhile: then its canceller had it and it is not handed back). */
+/* A job that was taken but will not run: it was counted as fired when
+ * taken, and was not. One-shot tasks were released when taken; a periodic
+ * one is released here, and handed back unless it was cancelled or drained
+ * meanwhile (then its canceller or the drain had it). */
 static void hand_back(tw_timer *t, struct tw__job *j)
 {
     struct tw__runtime *rt = t->rt;
+    struct tw__shard *sh = &t->shards[j->shard];
+    struct tw__engine *e = &sh->eng;
+    pthread_mutex_lock(&sh->lock);
+    e->fired--;
     if (j->x) {
-        struct tw__shard *sh = &t->shards[j->shard];
-        struct tw__engine *e = &sh->eng;
-        pthread_mutex_lock(&sh->lock);
-        int live = j->x->state == TW__X_FIRING || j->x->state == TW__X_RESCHED;
-        tw__extra_put(e, j->x);
-        tw__pool_put(&e->pool, j->slot);
+        int live = tw__extra_live(j->x);
         if (live) {
+            j->x->state = TW__X_DRAINED;
             e->drained++;
             tw__pending_release(t);
         }
+        tw__finish_periodic(t, j->shard, j, 0); /* releases it */
         pthread_mutex_unlock(&sh->lock);
         if (!live)
             return;
     } else {
-        struct tw__shard *sh = &t->shards[j->shard];
-        pthread_mutex_lock(&sh->lock);
-        sh->eng.fired--; /* counted as fired when taken; it was not */
-        sh->eng.completed--;
-        sh->eng.drained++;
+        e->completed--;
+        e->drained++;
         pthread_mutex_unlock(&sh->lock);
     }
     atomic_fetch_add(&rt->handed, 1);
@@ -114,9 +113,28 @@ static void hand_back(tw_timer *t, struct tw__job *j)
         rt->unfired(t, j->id, j->arg);
 }
 
+/* A periodic job is looked at once more before it runs: cancelled or
+ * drained since the driver took it (while it waited in the batch or the
+ * workers' queue), it does not run: tw_cancel returned 0, or tw_drain
+ * handed it back. Returns whether it may run; if not, releases it. */
+static int periodic_still_due(tw_timer *t, struct tw__job *j)
+{
+    struct tw__shard *sh = &t->shards[j->shard];
+    pthread_mutex_lock(&sh->lock);
+    int live = tw__extra_live(j->x);
+    if (!live) {
+        sh->eng.fired--; /* counted when taken */
+        tw__finish_periodic(t, j->shard, j, 0);
+    }
+    pthread_mutex_unlock(&sh->lock);
+    return live;
+}
+
 /* Runs one job on this thread, then re-arms it if periodic. */
 static void run_job(tw_timer *t, struct tw__job *j)
 {
+    if (j->x && !periodic_still_due(t, j))
+        return;
     j->fn(t, j->id, j->arg);
     if (j->x) {
         struct tw__shard *sh = &t->shards[j->shard];

@@ -556,7 +556,7 @@ static __attribute__((noinline)) int cancel_extra(tw_timer *t, struct tw__engine
 {
     struct tw__extra *x = en->arg;
     if (x->state != TW__X_IDLE) { /* periodic, its callback running */
-        if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED)
+        if (!tw__extra_live(x))
             return -ENOENT;
         x->state = TW__X_CANCELLED; /* released when it returns */
         e->cancelled++;
@@ -670,7 +670,7 @@ int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
     uint64_t dt = tw__ticks_ceil(e, deadline);
     struct tw__extra *x = tw__is_extra(en) ? en->arg : NULL;
     if (x && x->state != TW__X_IDLE) { /* from a periodic's own callback */
-        if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED)
+        if (!tw__extra_live(x))
             goto out;
         if ((rc = tw__wheel_reserve_level(e, dt)))
             goto out;
@@ -701,7 +701,8 @@ void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
     struct tw__engine *e = &t->shards[si].eng;
     struct tw__extra *x = j->x;
     struct tw__entry *en = tw__pool_entry(&e->pool, j->slot);
-    if (x->state == TW__X_CANCELLED || x->state == TW__X_DRAINED) {
+    e->taken--;
+    if (!tw__extra_live(x)) {
         tw__extra_put(e, x); /* pending was counted down at the cancel */
         tw__pool_put(&e->pool, j->slot);
         return;
@@ -736,9 +737,7 @@ static int run_manual(tw_timer *t, struct tw__engine *e, uint64_t now)
     t->in_dispatch = 1;
     while (tw__take_job(t, 0, now, &j) == 0) {
         if (j.x) {
-            e->firing = j.slot;
             j.fn(t, j.id, j.arg);
-            e->firing = TW__NIL;
             tw__finish_periodic(t, 0, &j, e->now_ns);
         } else {
             j.fn(t, j.id, j.arg);
@@ -856,20 +855,29 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
             tw__shard_lock(t, sh);
         }
     }
-    /* Manual mode: a periodic task whose callback is running right now
-     * (tw_drain called from it) is handed back too and not re-armed. */
-    if (e->firing != TW__NIL) {
-        struct tw__entry *en = tw__pool_entry(&e->pool, e->firing);
+    /* Periodic tasks taken to fire are in no list: their callback is
+     * running (manual mode: tw_drain was called from it), or, threaded,
+     * they wait in the driver's batch or the workers' queue. Each is
+     * handed back too and not re-armed; one still waiting does not run
+     * (run_job looks first). Only these need the pass over the slots, so
+     * a drain pays it only while some are taken. */
+    for (uint32_t i = 0; e->taken && i < tw__pool_slots(&e->pool); i++) {
+        struct tw__entry *en = tw__pool_entry(&e->pool, i);
+        if (!tw__is_extra(en))
+            continue;
         struct tw__extra *x = en->arg;
-        if (x->state == TW__X_FIRING || x->state == TW__X_RESCHED) {
-            x->state = TW__X_DRAINED;
-            tw__pending_release(t);
-            e->drained++;
-            n++;
-            if (each)
-                each(t, tw__make_id(t, si, e->firing,
-                                    *tw__pool_gen(&e->pool, e->firing)),
-                     x->arg);
+        if (!tw__extra_live(x))
+            continue;
+        x->state = TW__X_DRAINED; /* released when its job finishes */
+        tw__pending_release(t);
+        e->drained++;
+        n++;
+        if (each) {
+            tw_id id = tw__make_id(t, si, i, *tw__pool_gen(&e->pool, i));
+            void *arg = x->arg;
+            tw__shard_unlock(t, sh);
+            each(t, id, arg);
+            tw__shard_lock(t, sh);
         }
     }
     tw__shard_unlock(t, sh);

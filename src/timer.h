@@ -139,6 +139,7 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
         if (x->period) {
             x->state = TW__X_FIRING;
             en->link.next = en->link.prev = TW__NIL; /* in no list while it runs */
+            e->taken++;
             j->x = x;
             return 0;
         }
@@ -148,8 +149,9 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
     return 0;
 }
 
-/* After a periodic job's callback: re-arm it, or release it if it was
- * cancelled or drained meanwhile. Call with the shard lock held. */
+/* After a periodic job's callback (or in its place, when it will not
+ * run): re-arm it, or release it if it was cancelled or drained meanwhile.
+ * Call with the shard lock held. */
 void tw__finish_periodic(tw_timer *t, uint32_t shard, struct tw__job *j,
                          uint64_t now);
 

@@ -160,7 +160,6 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->mem = m;
     e->pool.free_head = TW__NIL;
     e->pool.max_slots = max_slots;
-    e->firing = TW__NIL;
     tw__div_init(&e->tick, tick_ns);
     e->wsize = wheel_size;
     e->bits = (uint32_t)__builtin_ctz(wheel_size);

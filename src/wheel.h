@@ -71,8 +71,10 @@ struct tw__engine {
     /* keyed and periodic tasks (extra.c) */
     struct tw__keymap keys;
     struct tw__extra *extra_free;
-    uint32_t firing;         /* slot of the periodic task whose callback is
-                                running, or TW__NIL */
+    uint32_t taken;          /* periodic tasks taken to fire and not yet
+                                finished: in no list while their callback
+                                runs or waits in a batch or the workers'
+                                queue (manual mode: at most one) */
 
     /* Counters. Every task leaves exactly one way (cancelled, drained, or
      * completed), so pending is not kept: it is scheduled minus those

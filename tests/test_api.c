@@ -646,6 +646,43 @@ static void test_drain(void **state)
     tw_destroy(t);
 }
 
+/* tw_drain from a periodic task's own callback hands that task back too
+ * (it is running, in no list) along with what is pending, and it is not
+ * re-armed. */
+static int self_drain_n = -1, self_drain_handed;
+static void self_drain_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (*(int *)arg)++;
+    self_drain_n = (int)tw_drain(t, drain_each, &self_drain_handed);
+}
+
+static void test_drain_from_periodic(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int self = 0, other = 0;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, self_drain_fn, &self, NULL), 0);
+    assert_int_equal(tw_schedule_every(t, 5 * MS, MS, TW_FIXED_DELAY, count_fn, &other, NULL), 0);
+    assert_int_equal(tw_schedule(t, SEC, count_fn, &other, NULL), 0);
+    assert_int_equal(tw_advance(t, MS), 1);
+    assert_int_equal(self_drain_n, 3);
+    assert_int_equal(self_drain_handed, 3);
+    assert_int_equal(self, 1 + 100); /* ran once, then handed back */
+    assert_int_equal(other, 200);    /* both of the others handed back */
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 10 * SEC), 0); /* not re-armed */
+    assert_int_equal(self, 101);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, 1);
+    assert_int_equal(s.drained, 3);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_stats_and_misc(void **state)
 {
     (void)state;
@@ -801,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_callbacks_reenter),
         cmocka_unit_test(test_next_deadline_loop),
         cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_drain_from_periodic),
         cmocka_unit_test(test_stats_and_misc),
         cmocka_unit_test(test_ids_never_reissued),
         cmocka_unit_test(test_capacity_preallocates),

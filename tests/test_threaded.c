@@ -291,6 +291,228 @@ static void test_stop_from_callback(void **state)
     }
 }
 
+/* ---- tasks taken to fire but not yet run ------------------------------
+ *
+ * The driver takes up to a batch of due tasks at once, then runs them (or,
+ * with workers, queues them). A task taken and not yet run can still be
+ * cancelled, drained or stopped. The tests hold the driver or the one
+ * worker in a first callback so that the tasks behind it stay taken, and
+ * act on them then. */
+
+struct job_rec {
+    _Atomic int ran, handed;
+    int hold; /* this callback holds its thread (see held_fn) */
+};
+
+static struct {
+    _Atomic int entered, release;
+    int until_stop; /* release once tw_stop has begun, plus a grace */
+} gate;
+
+static void gate_reset(int until_stop)
+{
+    atomic_store(&gate.entered, 0);
+    atomic_store(&gate.release, 0);
+    gate.until_stop = until_stop;
+}
+
+static void held_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    struct job_rec *r = arg;
+    int hold = r->hold;
+    atomic_fetch_add(&r->ran, 1); /* r may be gone from here on (settle) */
+    if (!hold)
+        return;
+    atomic_store(&gate.entered, 1);
+    for (int ms = 0; ms < 60000; ms++) {
+        if (atomic_load(&gate.release))
+            return;
+        /* id 0 names no task: -ENOENT until tw_stop has begun */
+        if (gate.until_stop && tw_reschedule(t, 0, 0) == -ESHUTDOWN) {
+            /* tw_stop marks the timer stopped, then halted, then stops
+             * the driver and the workers: give it time to get there, so
+             * that what is taken is handed back, not run */
+            usleep(getenv("TW_TEST_SLOW") ? 1000000 : 200000);
+            return;
+        }
+        usleep(1000);
+    }
+}
+
+static void rec_handed(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    assert_true(id != 0);
+    atomic_fetch_add(&((struct job_rec *)arg)->handed, 1);
+}
+
+static void wait_entered(void)
+{
+    for (int ms = 0; ms < 60000 && !atomic_load(&gate.entered); ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&gate.entered), 1);
+}
+
+/* tw_wake from a thread of its own: with workers = 0 it returns only once
+ * the held callback has. */
+static void *wake_main(void *p)
+{
+    return (void *)(intptr_t)tw_wake(p);
+}
+
+/* Everything the driver took has run or been dropped: with workers = 0
+ * that is when tw_wake returned; with a worker, when a task queued behind
+ * them has run (one worker: first in, first out). */
+static void settle(tw_timer *t, uint32_t workers)
+{
+    if (!workers)
+        return;
+    struct job_rec last = { 0 };
+    assert_int_equal(tw_schedule(t, 0, held_fn, &last, NULL), 0);
+    assert_int_equal(tw_wake(t), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&last.ran); ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&last.ran), 1);
+}
+
+/* A periodic task cancelled after the driver took it, before its callback
+ * ran: tw_cancel returns 0, and the callback does not run, now or later. */
+static void test_cancel_taken_periodic(void **state)
+{
+    (void)state;
+    for (uint32_t workers = 0; workers <= 1; workers++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        uint64_t base = atomic_load(&c.now);
+        struct job_rec holder = { .hold = 1 }, p = { 0 };
+        tw_id pid;
+        gate_reset(0);
+        /* due a tick apart: the holder is taken first, p right behind it */
+        assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &holder, NULL), 0);
+        assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_RATE, held_fn, &p, &pid), 0);
+        atomic_store(&c.now, base + 2 * MS);
+        pthread_t w;
+        assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
+        wait_entered();
+        assert_int_equal(tw_cancel(t, pid), 0);
+        assert_int_equal(tw_cancel(t, pid), -ENOENT);
+        atomic_store(&gate.release, 1);
+        void *rc;
+        pthread_join(w, &rc);
+        assert_int_equal((intptr_t)rc, 0);
+        settle(t, workers);
+        for (int k = 0; k < 3; k++) { /* and it was not re-armed */
+            atomic_fetch_add(&c.now, 10 * MS);
+            assert_int_equal(tw_wake(t), 0);
+        }
+        settle(t, workers);
+        assert_int_equal(atomic_load(&p.ran), 0);
+        assert_int_equal(atomic_load(&holder.ran), 1);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, 1 + 2 * workers); /* the holder (and settle's) */
+        assert_int_equal(s.cancelled, 1);
+        assert_int_equal(s.pending, 0);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
+/* tw_drain on a running threaded timer hands back the periodic tasks the
+ * driver has taken: the one whose callback is running (it is not re-armed)
+ * and the one waiting behind it (its callback never runs). */
+static void test_drain_taken_periodic(void **state)
+{
+    (void)state;
+    for (uint32_t workers = 0; workers <= 1; workers++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        uint64_t base = atomic_load(&c.now);
+        struct job_rec running = { .hold = 1 }, waiting = { 0 };
+        gate_reset(0);
+        assert_int_equal(tw_schedule_every(t, MS, 10 * MS, TW_FIXED_DELAY, held_fn, &running, NULL), 0);
+        assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_RATE, held_fn, &waiting, NULL), 0);
+        atomic_store(&c.now, base + 2 * MS);
+        pthread_t w;
+        assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
+        wait_entered();
+        assert_int_equal(tw_pending(t), 2);
+        assert_int_equal(tw_drain(t, rec_handed, NULL), 2);
+        assert_int_equal(tw_pending(t), 0);
+        atomic_store(&gate.release, 1);
+        pthread_join(w, NULL);
+        settle(t, workers);
+        for (int k = 0; k < 3; k++) {
+            atomic_fetch_add(&c.now, 10 * MS);
+            assert_int_equal(tw_wake(t), 0);
+        }
+        settle(t, workers);
+        assert_int_equal(atomic_load(&running.ran), 1);
+        assert_int_equal(atomic_load(&running.handed), 1);
+        assert_int_equal(atomic_load(&waiting.ran), 0);
+        assert_int_equal(atomic_load(&waiting.handed), 1);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, 1 + 2 * workers);
+        assert_int_equal(s.drained, 2);
+        assert_int_equal(s.pending, 0);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
+/* tw_stop while the driver holds a batch it took (workers = 0) or the
+ * workers' queue holds taken tasks (one worker): each task that never ran
+ * is handed back exactly once, a periodic one included; one cancelled
+ * while it waited is not (its cancel had it). */
+static void test_stop_hands_back_taken(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    for (uint32_t workers = 0; workers <= 1; workers++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        uint64_t base = atomic_load(&c.now);
+        static struct job_rec rec[N + 2];
+        memset(rec, 0, sizeof rec);
+        rec[0].hold = 1;
+        gate_reset(1);
+        tw_id cancelled;
+        /* the holder first; 99 one-shots and two periodic tasks behind it
+         * (a batch is 64: with workers = 0 the rest wait in the wheel) */
+        assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &rec[0], NULL), 0);
+        for (int k = 1; k < N; k++)
+            assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &rec[k], NULL), 0);
+        assert_int_equal(tw_schedule_every(t, 2 * MS, SEC, TW_FIXED_RATE, held_fn, &rec[N], NULL), 0);
+        assert_int_equal(tw_schedule_every(t, 2 * MS, SEC, TW_FIXED_RATE, held_fn, &rec[N + 1], &cancelled), 0);
+        atomic_store(&c.now, base + 2 * MS);
+        pthread_t w;
+        assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
+        wait_entered();
+        /* taken (one worker: queued; workers = 0: in the wheel or the
+         * driver's batch, either way) */
+        assert_int_equal(tw_cancel(t, cancelled), 0);
+        assert_int_equal(tw_stop(t, rec_handed, NULL), N);
+        pthread_join(w, NULL);
+        assert_int_equal(atomic_load(&rec[0].ran), 1);
+        assert_int_equal(atomic_load(&rec[0].handed), 0);
+        for (int k = 1; k <= N; k++) {
+            assert_int_equal(atomic_load(&rec[k].ran), 0);
+            assert_int_equal(atomic_load(&rec[k].handed), 1);
+        }
+        assert_int_equal(atomic_load(&rec[N + 1].ran) + atomic_load(&rec[N + 1].handed), 0);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, 1);
+        assert_int_equal(s.drained, N);
+        assert_int_equal(s.cancelled, 1);
+        assert_int_equal(s.pending, 0);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 static void test_threaded_misc(void **state)
 {
     (void)state;
@@ -560,6 +782,9 @@ int main(void)
         cmocka_unit_test(test_periodic_threaded),
         cmocka_unit_test(test_stop_hands_back),
         cmocka_unit_test(test_stop_from_callback),
+        cmocka_unit_test(test_cancel_taken_periodic),
+        cmocka_unit_test(test_drain_taken_periodic),
+        cmocka_unit_test(test_stop_hands_back_taken),
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
