@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "twheel_purgatory.h"
@@ -179,6 +180,62 @@ static void test_cancel_key(void **state)
     assert_int_equal(r1.completed + r1.expired + r2.completed + r2.expired, 0);
     tw_op_release(o1);
     tw_op_release(o2);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+/* The op handed over is valid during the call only: keep its context. */
+static void collect_ctx(tw_op *op, void *arg)
+{
+    *(void **)arg = tw_op_ctx(op);
+}
+
+/* Many keys in one watch-list shard: its table grows (rehashing the keys
+ * it holds) and chains; keys found, missed and removed from the middle of
+ * a chain. */
+static void test_many_keys_one_shard(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.shards = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    static struct req r[N];
+    memset(r, 0, sizeof r);
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        tw_op *op = mk_op(p, &r[i], SEC);
+        struct tw_key k = { name, (size_t)snprintf(name, sizeof name, "key-%d", i) };
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+        tw_op_release(op);
+    }
+    assert_int_equal(tw_purgatory_watched(p), N);
+    for (int i = 0; i < N; i++) {
+        int len = snprintf(name, sizeof name, "absent-%d", i);
+        assert_int_equal(tw_purgatory_check_and_complete(p, name, (size_t)len), 0);
+    }
+    for (int i = 1; i < N; i += 2)
+        atomic_store(&r[i].completable, 1);
+    for (int i = 0; i < N; i++) { /* odd keys complete and go */
+        int len = snprintf(name, sizeof name, "key-%d", i);
+        assert_int_equal(tw_purgatory_check_and_complete(p, name, (size_t)len), i & 1);
+    }
+    assert_int_equal(tw_purgatory_watched(p), N / 2);
+    for (int i = 0; i < N; i++) { /* even keys are still found, once each */
+        int len = snprintf(name, sizeof name, "key-%d", i);
+        void *ctx = NULL;
+        assert_int_equal(tw_purgatory_cancel_key(p, name, (size_t)len, collect_ctx, &ctx),
+                         !(i & 1));
+        assert_ptr_equal(ctx, i & 1 ? NULL : &r[i]);
+    }
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].completed, i & 1);
+        assert_int_equal(r[i].expired, 0);
+    }
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
@@ -483,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_request_expiry),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_cancel_key),
+        cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
         cmocka_unit_test(test_errors_and_alloc_failure),
         cmocka_unit_test(test_completed_ops_are_purged),
