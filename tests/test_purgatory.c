@@ -96,6 +96,31 @@ static void test_request_satisfaction(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* The second try, after the op is watched, completes it: no timeout is
+ * scheduled, and its watch entries are completed ones, dropped at the next
+ * check of their keys. */
+static void test_second_try_completes(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r = { .attempts_needed = 2 };
+    tw_op *op = mk_op(p, &r, SEC);
+    struct tw_key k[2] = { KEY("a"), KEY("b") };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, k, 2), 1);
+    assert_int_equal(r.attempts, 2);
+    assert_int_equal(r.completed, 1);
+    assert_true(tw_op_is_completed(op));
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0);
+    assert_int_equal(tw_purgatory_watched(p), 2); /* completed, until purged */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "a", 1), 0);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "b", 1), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(r.attempts, 2); /* a completed op is not tried again */
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 static void test_request_expiry(void **state)
 {
     (void)state;
@@ -537,6 +562,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_satisfaction),
+        cmocka_unit_test(test_second_try_completes),
         cmocka_unit_test(test_request_expiry),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_cancel_key),

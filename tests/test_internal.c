@@ -1,0 +1,181 @@
+/* test_internal.c: white-box tests of what the public API cannot reach in
+ * a test's time. A slot's 32-bit generation wraps only after 2^30 reuses
+ * of that slot; here the test sets a free slot's generation to the last
+ * one before the wrap, then reuses the slot once through each way a task
+ * can leave (the manual cancel fast path, firing, a keyed cancel, the
+ * threaded cancel) and checks the header's promise: the slot is retired,
+ * and no id is ever issued twice. Linked against the static library, so
+ * that it can reach the pool. */
+#include "helpers.h"
+
+#include <pthread.h>
+
+#include "timer.h" /* struct tw_timer: the shards and their pools */
+
+#define LAST_FREE_GEN 0xFFFFFFFCu /* next plain task: ...FD, then wrap */
+
+static tw_timer *mk(struct fake_clock *c)
+{
+    struct tw_options o = manual_opts(c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    return t;
+}
+
+/* The slot that `id` named, now free, gets the last generation before the
+ * wrap. It is at the head of its shard's free list (freed last), so the
+ * next schedule on that shard takes it. */
+static uint32_t age_slot(tw_timer *t, tw_id id)
+{
+    uint32_t si = tw__id_shard(t, id), slot = tw__id_slot(t, id);
+    struct tw__shard *sh = &t->shards[si];
+    tw__shard_lock(t, sh);
+    struct tw__pool *p = &sh->eng.pool;
+    assert_int_equal(p->free_head, slot);
+    assert_int_equal(p->entries[slot].gen & 3u, 0); /* free */
+    p->entries[slot].gen = LAST_FREE_GEN;
+    tw__shard_unlock(t, sh);
+    return slot;
+}
+
+static uint64_t retired(tw_timer *t)
+{
+    struct tw_stats s;
+    tw_stats(t, &s);
+    return s.retired_slots;
+}
+
+/* After the wrap: the slot is never handed out again, and every id that
+ * named it stays stale. */
+static void assert_retired(tw_timer *t, uint32_t slot, const tw_id *old, int nold)
+{
+    for (int k = 0; k < nold; k++)
+        assert_int_equal(tw_cancel(t, old[k]), -ENOENT);
+    /* a made-up id with the wrapped generation (0) names nothing either */
+    assert_int_equal(tw_cancel(t, tw__make_id(t, tw__id_shard(t, old[0]), slot, 0)), -ENOENT);
+    for (int k = 0; k < 1000; k++) {
+        tw_id id;
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
+        assert_int_not_equal(tw__id_slot(t, id), slot);
+        for (int j = 0; j < nold; j++)
+            assert_int_not_equal(id, old[j]);
+    }
+    assert_check(t);
+}
+
+static tw_id reuse(tw_timer *t, tw_id freed)
+{
+    uint32_t slot = age_slot(t, freed);
+    tw_id id;
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &id), 0);
+    assert_int_equal(tw__id_slot(t, id), slot);
+    assert_int_equal(id >> 32, LAST_FREE_GEN + TW__GEN_PLAIN);
+    assert_check(t);
+    return id;
+}
+
+static void test_wrap_on_cancel(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    tw_id ids[2];
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &ids[0]), 0);
+    assert_int_equal(tw_cancel(t, ids[0]), 0);
+    ids[1] = reuse(t, ids[0]);
+    assert_int_equal(retired(t), 0);
+    assert_int_equal(tw_cancel(t, ids[1]), 0); /* the fast path */
+    assert_int_equal(retired(t), 1);
+    assert_retired(t, tw__id_slot(t, ids[1]), ids, 2);
+    tw_destroy(t);
+}
+
+static int fired_count;
+static void count_fired(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (void)arg;
+    fired_count++;
+}
+
+static void test_wrap_on_fire(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    tw_id ids[2];
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &ids[0]), 0);
+    assert_int_equal(tw_cancel(t, ids[0]), 0);
+    uint32_t slot = age_slot(t, ids[0]);
+    assert_int_equal(tw_schedule(t, MS, count_fired, NULL, &ids[1]), 0);
+    assert_int_equal(tw__id_slot(t, ids[1]), slot);
+    fired_count = 0;
+    assert_int_equal(tw_advance(t, MS), 1);
+    assert_int_equal(fired_count, 1);
+    assert_int_equal(retired(t), 1);
+    assert_retired(t, slot, ids, 2);
+    tw_destroy(t);
+}
+
+/* A keyed task's entry has the other state bit (extra): its last
+ * generation is ...FE, and the release path is the general one. */
+static void test_wrap_on_keyed_cancel(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    tw_id ids[2];
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &ids[0]), 0);
+    assert_int_equal(tw_cancel(t, ids[0]), 0);
+    uint32_t slot = age_slot(t, ids[0]);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, noop_fn, NULL, &ids[1]), 0);
+    assert_int_equal(tw__id_slot(t, ids[1]), slot);
+    assert_int_equal(ids[1] >> 32, LAST_FREE_GEN + TW__GEN_EXTRA);
+    assert_int_equal(tw_cancel_keyed(t, "k", 1), 0);
+    assert_int_equal(retired(t), 1);
+    assert_retired(t, slot, ids, 2);
+    /* the key itself is free again */
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, noop_fn, NULL, NULL), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+static uint64_t fixed_clock(void *ctx)
+{
+    (void)ctx;
+    return 1000 * SEC;
+}
+
+/* Threaded: the locked cancel path, on whichever shard this thread got. */
+static void test_wrap_threaded(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.clock = fixed_clock;
+    o.shards = 4;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    tw_id ids[2];
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[0]), 0);
+    assert_int_equal(tw_cancel(t, ids[0]), 0);
+    ids[1] = reuse(t, ids[0]);
+    assert_int_equal(tw__id_shard(t, ids[1]), tw__id_shard(t, ids[0]));
+    assert_int_equal(tw_cancel(t, ids[1]), 0);
+    assert_int_equal(retired(t), 1);
+    assert_retired(t, tw__id_slot(t, ids[1]), ids, 2);
+    tw_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wrap_on_cancel),
+        cmocka_unit_test(test_wrap_on_fire),
+        cmocka_unit_test(test_wrap_on_keyed_cancel),
+        cmocka_unit_test(test_wrap_threaded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
