@@ -370,6 +370,23 @@ static void test_periodic_fixed_delay(void **state)
     assert_true(d > 24 * MS && d <= 24 * MS + 40 * 86400 * SEC);
     assert_check(t);
     tw_destroy(t);
+
+    /* the longest period on a 1 ns tick: the reservation for its re-arm
+     * is the top level, and the re-armed deadline saturates at the end of
+     * time, where each advance fires it once */
+    t = mk(&c, 0, 1, 64);
+    n = 0;
+    assert_int_equal(tw_schedule_every(t, 0, UINT64_MAX, TW_FIXED_DELAY, count_fn, &n, &id), 0);
+    assert_int_equal(tw_advance(t, 10), 1);
+    assert_int_equal(tw_next_deadline(t, &d), 0); /* its coarse bucket's */
+    assert_true(d > 10);
+    assert_int_equal(tw_advance(t, UINT64_MAX - 1), 0);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 1);
+    assert_int_equal(n, 2);
+    assert_int_equal(tw_pending(t), 1);
+    assert_check(t);
+    assert_int_equal(tw_cancel(t, id), 0);
+    tw_destroy(t);
 }
 
 static tw_id resched_id;
