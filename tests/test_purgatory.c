@@ -316,6 +316,28 @@ static void test_errors_and_alloc_failure(void **state)
     tw_purgatory_options_init(&o);
     o.shards = 3;
     assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
+    o.shards = 1u << 17;
+    assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
+    assert_int_equal(tw_purgatory_create(NULL, NULL), -EINVAL);
+
+    /* every allocation of create failing in turn: -ENOMEM, nothing kept */
+    for (long n = 1;; n++) {
+        struct count_alloc a = { 0 };
+        tw_purgatory_options_init(&o);
+        o.timer = manual_opts(&pclock, 0, MS, 64);
+        o.timer.allocator = counting(&a);
+        o.shards = 0; /* the default, 512 */
+        a.fail_at = n;
+        int rc = tw_purgatory_create(&p, &o);
+        if (!a.failed) {
+            assert_int_equal(rc, 0);
+            tw_purgatory_destroy(p, NULL, NULL);
+            assert_int_equal(a.live, 0);
+            break;
+        }
+        assert_int_equal(rc, -ENOMEM);
+        assert_int_equal(a.live, 0);
+    }
 
     /* every allocation of a watch with three keys failing in turn */
     for (long n = 1;; n++) {
