@@ -63,15 +63,25 @@ static void assert_retired(tw_timer *t, uint32_t slot, const tw_id *old, int nol
     assert_check(t);
 }
 
-static tw_id reuse(tw_timer *t, tw_id freed)
+/* Schedules and cancels a task (its id in *old), then ages its slot: the
+ * next schedule on this thread's shard takes it at its last generation. */
+static uint32_t aged_slot(tw_timer *t, tw_id *old)
 {
-    uint32_t slot = age_slot(t, freed);
-    tw_id id;
-    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &id), 0);
-    assert_int_equal(tw__id_slot(t, id), slot);
-    assert_int_equal(id >> 32, LAST_FREE_GEN + TW__GEN_PLAIN);
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, old), 0);
+    assert_int_equal(tw_cancel(t, *old), 0);
+    return age_slot(t, *old);
+}
+
+/* A plain task due in 1 ms, calling fn, in an aged slot: ids[0] is the
+ * slot's cancelled task, ids[1] the new one. Returns the slot. */
+static uint32_t reuse(tw_timer *t, tw_fn fn, tw_id ids[2])
+{
+    uint32_t slot = aged_slot(t, &ids[0]);
+    assert_int_equal(tw_schedule(t, MS, fn, NULL, &ids[1]), 0);
+    assert_int_equal(tw__id_slot(t, ids[1]), slot);
+    assert_int_equal(ids[1] >> 32, LAST_FREE_GEN + TW__GEN_PLAIN);
     assert_check(t);
-    return id;
+    return slot;
 }
 
 static void test_wrap_on_cancel(void **state)
@@ -80,13 +90,11 @@ static void test_wrap_on_cancel(void **state)
     struct fake_clock c;
     tw_timer *t = mk(&c);
     tw_id ids[2];
-    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &ids[0]), 0);
-    assert_int_equal(tw_cancel(t, ids[0]), 0);
-    ids[1] = reuse(t, ids[0]);
+    uint32_t slot = reuse(t, noop_fn, ids);
     assert_int_equal(retired(t), 0);
     assert_int_equal(tw_cancel(t, ids[1]), 0); /* the fast path */
     assert_int_equal(retired(t), 1);
-    assert_retired(t, tw__id_slot(t, ids[1]), ids, 2);
+    assert_retired(t, slot, ids, 2);
     tw_destroy(t);
 }
 
@@ -105,11 +113,7 @@ static void test_wrap_on_fire(void **state)
     struct fake_clock c;
     tw_timer *t = mk(&c);
     tw_id ids[2];
-    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &ids[0]), 0);
-    assert_int_equal(tw_cancel(t, ids[0]), 0);
-    uint32_t slot = age_slot(t, ids[0]);
-    assert_int_equal(tw_schedule(t, MS, count_fired, NULL, &ids[1]), 0);
-    assert_int_equal(tw__id_slot(t, ids[1]), slot);
+    uint32_t slot = reuse(t, count_fired, ids);
     fired_count = 0;
     assert_int_equal(tw_advance(t, MS), 1);
     assert_int_equal(fired_count, 1);
@@ -126,9 +130,7 @@ static void test_wrap_on_keyed_cancel(void **state)
     struct fake_clock c;
     tw_timer *t = mk(&c);
     tw_id ids[2];
-    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &ids[0]), 0);
-    assert_int_equal(tw_cancel(t, ids[0]), 0);
-    uint32_t slot = age_slot(t, ids[0]);
+    uint32_t slot = aged_slot(t, &ids[0]);
     assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, noop_fn, NULL, &ids[1]), 0);
     assert_int_equal(tw__id_slot(t, ids[1]), slot);
     assert_int_equal(ids[1] >> 32, LAST_FREE_GEN + TW__GEN_EXTRA);
@@ -159,13 +161,11 @@ static void test_wrap_threaded(void **state)
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);
     tw_id ids[2];
-    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[0]), 0);
-    assert_int_equal(tw_cancel(t, ids[0]), 0);
-    ids[1] = reuse(t, ids[0]);
+    uint32_t slot = reuse(t, noop_fn, ids);
     assert_int_equal(tw__id_shard(t, ids[1]), tw__id_shard(t, ids[0]));
     assert_int_equal(tw_cancel(t, ids[1]), 0);
     assert_int_equal(retired(t), 1);
-    assert_retired(t, tw__id_slot(t, ids[1]), ids, 2);
+    assert_retired(t, slot, ids, 2);
     tw_destroy(t);
 }
 
