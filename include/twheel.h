@@ -300,13 +300,14 @@ TW_API const char *tw_strerror(int err);
  * the next deadline on CLOCK_MONOTONIC; tw_wake() makes it look now.
  */
 
-/* Stops a threaded timer: stops the driver and the workers, waits for the
- * callbacks already running to finish, then hands every task that never
- * fired to unfired(t, id, task_arg) (NULL to drop them; periodic tasks
- * once). Afterwards schedule returns -ESHUTDOWN; tw_destroy still frees.
- * Returns the number of tasks handed back, -EDEADLK from a callback of
- * this timer, -EINVAL (t NULL or a manual timer: use tw_drain), -EALREADY
- * if already stopped. */
+/* Stops a threaded timer: stops the driver and the workers (they take no
+ * more work: a task already queued for a worker is handed back, not run),
+ * waits for the callbacks already running (or starting) to finish, then
+ * hands every task whose callback never ran to unfired(t, id, task_arg)
+ * (NULL to drop them; periodic tasks once). Afterwards schedule returns
+ * -ESHUTDOWN; tw_destroy still frees. Returns the number of tasks handed
+ * back, -EDEADLK from a callback of this timer, -EINVAL (t NULL or a
+ * manual timer: use tw_drain), -EALREADY if already stopped. */
 TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
 
 /* Threaded: wakes the driver now and returns once it has dispatched

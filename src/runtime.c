@@ -157,7 +157,7 @@ static void queue_push(tw_timer *t, struct tw__job *j)
     pthread_mutex_lock(&rt->qmu);
     while (rt->count == QUEUE_CAP && !rt->wstop)
         pthread_cond_wait(&rt->qspace, &rt->qmu);
-    if (rt->wstop) { /* workers are gone: cannot run it */
+    if (rt->wstop) { /* tw_stop has begun: the workers take no more */
         pthread_mutex_unlock(&rt->qmu);
         hand_back(t, j);
         return;
@@ -401,6 +401,16 @@ int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
     void *saved = t->drain_arg;
     t->drain_arg = arg;
     atomic_store(&rt->halt, 1);
+    /* From here no job starts: the driver takes no more tasks and hands
+     * back what it holds, and the workers take nothing more from their
+     * queue, which is handed back below. Only callbacks already running
+     * finish. (The workers stop before the driver is joined: a driver
+     * blocked on a full queue wakes, and gives its job back.) */
+    pthread_mutex_lock(&rt->qmu);
+    rt->wstop = 1;
+    pthread_cond_broadcast(&rt->qcv);
+    pthread_cond_broadcast(&rt->qspace);
+    pthread_mutex_unlock(&rt->qmu);
 
     pthread_mutex_lock(&rt->mu);
     rt->stopping = 1;
@@ -409,12 +419,6 @@ int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
     if (rt->driver_started)
         pthread_join(rt->driver, NULL);
     rt->driver_started = 0;
-
-    pthread_mutex_lock(&rt->qmu);
-    rt->wstop = 1;
-    pthread_cond_broadcast(&rt->qcv);
-    pthread_cond_broadcast(&rt->qspace);
-    pthread_mutex_unlock(&rt->qmu);
     for (uint32_t k = 0; k < rt->started; k++)
         pthread_join(rt->workers[k], NULL);
     rt->started = 0;

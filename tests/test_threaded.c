@@ -513,6 +513,45 @@ static void test_stop_hands_back_taken(void **state)
     }
 }
 
+/* More taken tasks than the workers' queue holds (16,384): the driver
+ * waits for room with a batch in hand while the one worker is held. Once
+ * tw_stop has begun, no job starts: the worker takes nothing more from
+ * the queue, and the driver wakes from its wait and gives its job back.
+ * Every task but the holder is handed back, exactly once. */
+static void test_stop_with_full_queue(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 1);
+    uint64_t base = atomic_load(&c.now);
+    static struct job_rec rec[N];
+    memset(rec, 0, sizeof rec);
+    rec[0].hold = 1;
+    gate_reset(1);
+    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &rec[0], NULL), 0);
+    for (int k = 1; k < N; k++)
+        assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &rec[k], NULL), 0);
+    atomic_store(&c.now, base + 2 * MS);
+    pthread_t w;
+    assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
+    wait_entered();
+    assert_int_equal(tw_stop(t, rec_handed, NULL), N - 1);
+    pthread_join(w, NULL);
+    assert_int_equal(atomic_load(&rec[0].ran), 1);
+    for (int k = 1; k < N; k++) {
+        assert_int_equal(atomic_load(&rec[k].ran), 0);
+        assert_int_equal(atomic_load(&rec[k].handed), 1);
+    }
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, 1);
+    assert_int_equal(s.drained, N - 1);
+    assert_int_equal(s.pending, 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_threaded_misc(void **state)
 {
     (void)state;
@@ -785,6 +824,7 @@ int main(void)
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
+        cmocka_unit_test(test_stop_with_full_queue),
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
