@@ -251,11 +251,17 @@ TW_API size_t tw_pending(tw_timer *t);
  * callback has not started, and that callback does not run. `arg` is the
  * caller's context, readable from `each` with tw_drain_arg(). Returns how
  * many tasks were removed. each must not call back into this timer.
+ * Threaded: tasks scheduled while it runs may stay; a shard fires nothing
+ * while it is being drained (its tasks due meanwhile fire when the drain
+ * ends, late by as long as the callbacks took, never early).
  * O(pending + buckets), plus a pass over the slots ever used while a
  * periodic task is running or taken. */
 TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
 
-/* Within a tw_drain / tw_stop callback: the `arg` given to that call. */
+/* Within a tw_drain / tw_stop callback: the `arg` given to that call
+ * (tw_stop's callbacks may run on the driver thread: they see it too).
+ * Kept per drain, so drains of one timer from several threads at once each
+ * see their own. NULL outside a drain of t. */
 TW_API void *tw_drain_arg(tw_timer *t);
 
 /* Fills *s. On a threaded timer the counters are summed over shards and

@@ -82,8 +82,12 @@ static void check_placed(struct ctx *c, struct tw__engine *e, uint32_t i, void *
         if (x->key)
             p->keyed++;
     }
-    if (p->level == UINT32_MAX)
-        return; /* expired list: anything due */
+    if (p->level == UINT32_MAX) { /* expired list: due (a drain: anything) */
+        if (dt > e->cur && !e->draining)
+            FAIL(c, "slot %u: due tick %llu on the expired list at tick %llu", i,
+                 (unsigned long long)dt, (unsigned long long)e->cur);
+        return;
+    }
     if ((i & (TW__SUBS - 1)) != p->sub)
         FAIL(c, "slot %u is in list %u of its bucket", i, p->sub);
     if (p->level == 0) {

@@ -67,6 +67,7 @@ struct tw__runtime {
 
     /* tw_stop */
     tw_fn unfired;
+    void *unfired_arg; /* what tw_drain_arg returns to unfired */
     _Atomic uint64_t handed;
 };
 
@@ -109,8 +110,12 @@ static void hand_back(tw_timer *t, struct tw__job *j)
         pthread_mutex_unlock(&sh->lock);
     }
     atomic_fetch_add(&rt->handed, 1);
-    if (rt->unfired)
+    if (rt->unfired) { /* on the driver, or on tw_stop's thread */
+        struct tw__drain_ctx c;
+        tw__drain_enter(&c, t, rt->unfired_arg);
         rt->unfired(t, j->id, j->arg);
+        tw__drain_leave(&c);
+    }
 }
 
 /* A periodic job is looked at once more before it runs: cancelled or
@@ -200,6 +205,10 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
     struct tw__engine *e = &sh->eng;
     struct tw__job batch[BATCH];
     pthread_mutex_lock(&sh->lock);
+    if (e->draining) { /* see draining in wheel.h; the drain kicks after */
+        pthread_mutex_unlock(&sh->lock);
+        return;
+    }
     if (now > e->now_ns)
         tw__engine_set_now(e, now);
     uint64_t r, target = now == UINT64_MAX ? tw__ticks_ceil(e, now)
@@ -243,7 +252,9 @@ static uint64_t next_due(tw_timer *t)
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct tw__shard *sh = &t->shards[s];
         pthread_mutex_lock(&sh->lock);
-        uint64_t v = tw__shard_next_ns(&sh->eng);
+        /* a shard being drained has nothing for the driver until the
+         * drain ends (it kicks then) */
+        uint64_t v = sh->eng.draining ? UINT64_MAX : tw__shard_next_ns(&sh->eng);
         pthread_mutex_unlock(&sh->lock);
         if (v < best)
             best = v;
@@ -397,9 +408,10 @@ int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
     struct tw__runtime *rt = t->rt;
     if (atomic_exchange(&t->stopped, 1))
         return -EALREADY;
-    rt->unfired = unfired;
-    void *saved = t->drain_arg;
-    t->drain_arg = arg;
+    rt->unfired = unfired; /* read by the driver once it sees halt */
+    rt->unfired_arg = arg;
+    struct tw__drain_ctx c;
+    tw__drain_enter(&c, t, arg);
     atomic_store(&rt->halt, 1);
     /* From here no job starts: the driver takes no more tasks and hands
      * back what it holds, and the workers take nothing more from their
@@ -433,7 +445,7 @@ int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
     for (uint32_t s = 0; s < t->nshards; s++)
         n += tw__drain_shard(t, s, unfired);
     uint64_t total = atomic_load(&rt->handed) + n;
-    t->drain_arg = saved;
+    tw__drain_leave(&c);
     return total > INT32_MAX ? INT32_MAX : (int)total;
 }
 

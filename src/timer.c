@@ -838,6 +838,10 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
     struct tw__engine *e = &sh->eng;
     size_t n = 0;
     tw__shard_lock(t, sh);
+    /* Everything goes onto the expired list, due or not, and each runs
+     * with the lock dropped: the driver must not take from the list
+     * meanwhile, or it would fire tasks before their time (draining). */
+    e->draining++;
     tw__wheel_collect_all(e);
     uint32_t r;
     while ((r = tw__expired_first(e)) != TW__EXPIRED_SENT) {
@@ -880,26 +884,48 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
             tw__shard_lock(t, sh);
         }
     }
+    /* what became due meanwhile (or was scheduled) waited: wake the
+     * driver for it */
+    if (!--e->draining && t->threaded)
+        tw__runtime_kick(t, tw__shard_next_ns(e));
     tw__shard_unlock(t, sh);
     return n;
+}
+
+static _Thread_local struct tw__drain_ctx *tls_drain;
+
+void tw__drain_enter(struct tw__drain_ctx *c, tw_timer *t, void *arg)
+{
+    c->t = t;
+    c->arg = arg;
+    c->prev = tls_drain;
+    tls_drain = c;
+}
+
+void tw__drain_leave(struct tw__drain_ctx *c)
+{
+    tls_drain = c->prev;
 }
 
 size_t tw_drain(tw_timer *t, tw_fn each, void *arg)
 {
     if (!t)
         return 0;
-    void *saved = t->drain_arg;
-    t->drain_arg = arg;
+    struct tw__drain_ctx c;
+    tw__drain_enter(&c, t, arg);
     size_t n = 0;
     for (uint32_t s = 0; s < t->nshards; s++)
         n += tw__drain_shard(t, s, each);
-    t->drain_arg = saved;
+    tw__drain_leave(&c);
     return n;
 }
 
 void *tw_drain_arg(tw_timer *t)
 {
-    return t ? t->drain_arg : NULL;
+    for (const struct tw__drain_ctx *c = tls_drain; c; c = c->prev)
+        if (c->t == t)
+            return c->arg;
+    return NULL;
 }
 
 /* ---- stats / errors --------------------------------------------------- */

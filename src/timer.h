@@ -34,13 +34,25 @@ struct tw_timer {
      * tells both whether they may run and where. */
     struct tw__engine *fast;
     int in_dispatch;    /* manual: a callback of tw_advance is running */
-    void *drain_arg;
     struct tw__runtime *rt;
     _Atomic int stopped;  /* threaded: tw_stop has begun */
     struct tw__shard *shards;
     void *shards_raw;
     size_t shards_bytes;
 };
+
+/* A drain (tw_drain, tw_stop) whose callbacks this thread is running:
+ * what tw_drain_arg returns. Kept per thread, not in the timer, so that
+ * drains of one timer from several threads at once (or a drain racing
+ * tw_stop) each see their own arg. A stack: a callback may drain another
+ * timer. */
+struct tw__drain_ctx {
+    tw_timer *t;
+    void *arg;
+    struct tw__drain_ctx *prev;
+};
+void tw__drain_enter(struct tw__drain_ctx *c, tw_timer *t, void *arg);
+void tw__drain_leave(struct tw__drain_ctx *c);
 
 /* One collected task, ready for its callback. */
 struct tw__job {

@@ -71,6 +71,11 @@ struct tw__engine {
     /* keyed and periodic tasks (extra.c) */
     struct tw__keymap keys;
     struct tw__extra *extra_free;
+    uint32_t draining;       /* drains of this engine under way: while one
+                                runs a callback (unlocked), every task it
+                                has yet to hand back waits on the expired
+                                list, due or not, so the driver leaves the
+                                engine alone (runtime.c) */
     uint32_t taken;          /* periodic tasks taken to fire and not yet
                                 finished: in no list while their callback
                                 runs or waits in a batch or the workers'

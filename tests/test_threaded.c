@@ -552,6 +552,132 @@ static void test_stop_with_full_queue(void **state)
     tw_destroy(t);
 }
 
+/* tw_drain_arg belongs to the drain: two threads draining one timer at
+ * once each read their own arg from their callbacks, even while the other
+ * drain is in the middle of its own. */
+static struct {
+    tw_timer *t;
+    _Atomic int a_in, b_in, a_read;
+    void *a_seen, *b_seen;
+    int a_arg, b_arg;
+} dd;
+
+static void spin_until(_Atomic int *flag)
+{
+    for (int ms = 0; ms < 60000 && !atomic_load(flag); ms++)
+        usleep(1000);
+}
+
+static void drain_each_a(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    atomic_store(&dd.a_in, 1);
+    spin_until(&dd.b_in); /* the other drain is inside its callback */
+    dd.a_seen = tw_drain_arg(t);
+    atomic_store(&dd.a_read, 1);
+}
+
+static void drain_each_b(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    atomic_store(&dd.b_in, 1);
+    spin_until(&dd.a_read);
+    dd.b_seen = tw_drain_arg(t);
+}
+
+static void *drain_a_main(void *p)
+{
+    (void)p;
+    return (void *)(uintptr_t)tw_drain(dd.t, drain_each_a, &dd.a_arg);
+}
+
+static void test_concurrent_drains(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    memset(&dd, 0, sizeof dd);
+    dd.t = t;
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), 0);
+    pthread_t a;
+    assert_int_equal(pthread_create(&a, NULL, drain_a_main, NULL), 0);
+    spin_until(&dd.a_in);
+    assert_int_equal(tw_drain(t, drain_each_b, &dd.b_arg), 1);
+    void *na;
+    pthread_join(a, &na);
+    assert_int_equal((uintptr_t)na, 1);
+    assert_ptr_equal(dd.a_seen, &dd.a_arg);
+    assert_ptr_equal(dd.b_seen, &dd.b_arg);
+    assert_null(tw_drain_arg(t)); /* outside any drain */
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
+/* A drain hands tasks back with its lock dropped around each callback,
+ * the rest of the timer's tasks waiting on its expired list meanwhile,
+ * due or not. A driver pass in that window (here: tw_wake) must fire none
+ * of them: they are not due. After the drain, what is due fires again. */
+static struct {
+    _Atomic int entered, release;
+} dg;
+
+static void drain_hold(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (void)arg;
+    if (atomic_exchange(&dg.entered, 1))
+        return;
+    for (int ms = 0; ms < 60000 && !atomic_load(&dg.release); ms++)
+        usleep(1000);
+}
+
+static void *drain_hold_main(void *p)
+{
+    return (void *)(uintptr_t)tw_drain(p, drain_hold, NULL);
+}
+
+static void test_drain_fires_nothing_early(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    uint64_t base = atomic_load(&c.now);
+    struct ftask k[3];
+    for (int i = 0; i < 3; i++) {
+        k[i] = (struct ftask){ &c, base + SEC, 0, 0 };
+        assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], NULL), 0);
+    }
+    memset(&dg, 0, sizeof dg);
+    pthread_t d;
+    assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&dg.entered), 1);
+    /* the drain holds one callback; the other two wait on its list */
+    struct ftask late = { &c, base + 10 * MS, 0, 0 };
+    assert_int_equal(tw_schedule_at(t, late.deadline, ftask_fn, &late, NULL), 0);
+    atomic_store(&c.now, base + 20 * MS);
+    assert_int_equal(tw_wake(t), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(atomic_load(&k[i].fired), 0);
+    atomic_store(&dg.release, 1);
+    void *n;
+    pthread_join(d, &n);
+    assert_int_equal((uintptr_t)n, 3); /* the three (late came after) */
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&late.fired), 1);
+    assert_int_equal(atomic_load(&late.early), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(atomic_load(&k[i].fired), 0);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_threaded_misc(void **state)
 {
     (void)state;
@@ -825,6 +951,8 @@ int main(void)
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
         cmocka_unit_test(test_stop_with_full_queue),
+        cmocka_unit_test(test_concurrent_drains),
+        cmocka_unit_test(test_drain_fires_nothing_early),
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
