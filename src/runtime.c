@@ -82,17 +82,25 @@ static uint64_t mono_ns(void)
 
 /* ---- handing back ------------------------------------------------------ */
 
-/* A job that was taken but will not run: it was counted as fired when
- * taken, and was not. One-shot tasks were released when taken; a periodic
- * one is released here, and handed back unless it was cancelled or drained
- * meanwhile (then its canceller or the drain had it). */
+/* A taken periodic job that will not run, cancelled or drained (its
+ * state says which): its firing was counted when it was taken, and was
+ * not; released here. Shard lock held. */
+static void drop_periodic(tw_timer *t, struct tw__job *j)
+{
+    t->shards[j->shard].eng.fired--;
+    tw__finish_periodic(t, j->shard, j, 0);
+}
+
+/* A job that was taken but will not run. One-shot tasks were released
+ * when taken; a periodic one is released here, and handed back unless it
+ * was cancelled or drained meanwhile (then its canceller or the drain had
+ * it). */
 static void hand_back(tw_timer *t, struct tw__job *j)
 {
     struct tw__runtime *rt = t->rt;
     struct tw__shard *sh = &t->shards[j->shard];
     struct tw__engine *e = &sh->eng;
     pthread_mutex_lock(&sh->lock);
-    e->fired--;
     if (j->x) {
         int live = tw__extra_live(j->x);
         if (live) {
@@ -100,11 +108,12 @@ static void hand_back(tw_timer *t, struct tw__job *j)
             e->drained++;
             tw__pending_release(t);
         }
-        tw__finish_periodic(t, j->shard, j, 0); /* releases it */
+        drop_periodic(t, j);
         pthread_mutex_unlock(&sh->lock);
         if (!live)
             return;
     } else {
+        e->fired--; /* counted as fired when taken */
         e->completed--;
         e->drained++;
         pthread_mutex_unlock(&sh->lock);
@@ -127,10 +136,8 @@ static int periodic_still_due(tw_timer *t, struct tw__job *j)
     struct tw__shard *sh = &t->shards[j->shard];
     pthread_mutex_lock(&sh->lock);
     int live = tw__extra_live(j->x);
-    if (!live) {
-        sh->eng.fired--; /* counted when taken */
-        tw__finish_periodic(t, j->shard, j, 0);
-    }
+    if (!live)
+        drop_periodic(t, j);
     pthread_mutex_unlock(&sh->lock);
     return live;
 }
