@@ -227,15 +227,19 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
     }
     for (;;) {
         int n = 0;
-        /* once halted, take nothing more: tw_stop's drain hands it back */
-        while (n < BATCH && !atomic_load_explicit(&rt->halt, memory_order_acquire) &&
+        /* Once halted, take nothing more: tw_stop's drain hands it back.
+         * Nor while a drain runs: it may have begun while the lock was
+         * dropped for the last batch, and its tasks, due or not, are on
+         * the expired list now. */
+        while (n < BATCH && !e->draining &&
+               !atomic_load_explicit(&rt->halt, memory_order_acquire) &&
                tw__take_job(t, si, now, &batch[n]) == 0)
             n++;
         /* every due task taken (and, with no workers, run): spread the
          * next cascades, where no firing waits for it. It moves tasks only
          * to buckets due no earlier than the one they leave, so the
          * driver's next wake-up stands. */
-        if (!n && pops)
+        if (!n && pops && !e->draining)
             tw__wheel_spread(e);
         pthread_mutex_unlock(&sh->lock);
         if (!n)

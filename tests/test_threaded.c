@@ -678,6 +678,48 @@ static void test_drain_fires_nothing_early(void **state)
     tw_destroy(t);
 }
 
+/* The same, with the drain beginning while the driver is running a batch
+ * (its lock dropped): when the driver comes back for more, the drain's
+ * not-due tasks are on the expired list, and it must take none. */
+static void test_drain_during_dispatch(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    uint64_t base = atomic_load(&c.now);
+    struct job_rec holder = { .hold = 1 };
+    struct ftask k[2];
+    gate_reset(0);
+    memset(&dg, 0, sizeof dg);
+    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &holder, NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        k[i] = (struct ftask){ &c, base + SEC, 0, 0 };
+        assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], NULL), 0);
+    }
+    atomic_store(&c.now, base + MS);
+    pthread_t w, d;
+    assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
+    wait_entered(); /* the driver runs the holder, its lock dropped */
+    assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&dg.entered), 1);
+    /* the drain holds one task in its callback; the other waits on the
+     * expired list. Let the driver go on with its pass, to the end. */
+    atomic_store(&gate.release, 1);
+    pthread_join(w, NULL);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(atomic_load(&k[i].fired), 0);
+    atomic_store(&dg.release, 1);
+    void *n;
+    pthread_join(d, &n);
+    assert_int_equal((uintptr_t)n, 2);
+    assert_int_equal(atomic_load(&holder.ran), 1);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_threaded_misc(void **state)
 {
     (void)state;
@@ -953,6 +995,7 @@ int main(void)
         cmocka_unit_test(test_stop_with_full_queue),
         cmocka_unit_test(test_concurrent_drains),
         cmocka_unit_test(test_drain_fires_nothing_early),
+        cmocka_unit_test(test_drain_during_dispatch),
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
