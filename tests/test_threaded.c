@@ -361,6 +361,16 @@ static void *wake_main(void *p)
     return (void *)(intptr_t)tw_wake(p);
 }
 
+/* Starts a driver pass (tw_wake on a thread of its own) and returns once
+ * its first held callback is holding it. Join the thread once released. */
+static pthread_t start_held_pass(tw_timer *t)
+{
+    pthread_t w;
+    assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
+    wait_entered();
+    return w;
+}
+
 /* Everything the driver took has run or been dropped: with workers = 0
  * that is when tw_wake returned; with a worker, when a task queued behind
  * them has run (one worker: first in, first out). */
@@ -392,9 +402,7 @@ static void test_cancel_taken_periodic(void **state)
         assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &holder, NULL), 0);
         assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_RATE, held_fn, &p, &pid), 0);
         atomic_store(&c.now, base + 2 * MS);
-        pthread_t w;
-        assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
-        wait_entered();
+        pthread_t w = start_held_pass(t);
         assert_int_equal(tw_cancel(t, pid), 0);
         assert_int_equal(tw_cancel(t, pid), -ENOENT);
         atomic_store(&gate.release, 1);
@@ -434,9 +442,7 @@ static void test_drain_taken_periodic(void **state)
         assert_int_equal(tw_schedule_every(t, MS, 10 * MS, TW_FIXED_DELAY, held_fn, &running, NULL), 0);
         assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_RATE, held_fn, &waiting, NULL), 0);
         atomic_store(&c.now, base + 2 * MS);
-        pthread_t w;
-        assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
-        wait_entered();
+        pthread_t w = start_held_pass(t);
         assert_int_equal(tw_pending(t), 2);
         assert_int_equal(tw_drain(t, rec_handed, NULL), 2);
         assert_int_equal(tw_pending(t), 0);
@@ -487,9 +493,7 @@ static void test_stop_hands_back_taken(void **state)
         assert_int_equal(tw_schedule_every(t, 2 * MS, SEC, TW_FIXED_RATE, held_fn, &rec[N], NULL), 0);
         assert_int_equal(tw_schedule_every(t, 2 * MS, SEC, TW_FIXED_RATE, held_fn, &rec[N + 1], &cancelled), 0);
         atomic_store(&c.now, base + 2 * MS);
-        pthread_t w;
-        assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
-        wait_entered();
+        pthread_t w = start_held_pass(t);
         /* taken (one worker: queued; workers = 0: in the wheel or the
          * driver's batch, either way) */
         assert_int_equal(tw_cancel(t, cancelled), 0);
@@ -533,9 +537,7 @@ static void test_stop_with_full_queue(void **state)
     for (int k = 1; k < N; k++)
         assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &rec[k], NULL), 0);
     atomic_store(&c.now, base + 2 * MS);
-    pthread_t w;
-    assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
-    wait_entered();
+    pthread_t w = start_held_pass(t);
     assert_int_equal(tw_stop(t, rec_handed, NULL), N - 1);
     pthread_join(w, NULL);
     assert_int_equal(atomic_load(&rec[0].ran), 1);
@@ -697,9 +699,8 @@ static void test_drain_during_dispatch(void **state)
         assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], NULL), 0);
     }
     atomic_store(&c.now, base + MS);
-    pthread_t w, d;
-    assert_int_equal(pthread_create(&w, NULL, wake_main, t), 0);
-    wait_entered(); /* the driver runs the holder, its lock dropped */
+    /* the driver runs the holder, its lock dropped */
+    pthread_t d, w = start_held_pass(t);
     assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
     for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
         usleep(1000);
