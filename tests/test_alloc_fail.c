@@ -7,8 +7,13 @@
  * the N-th allocation failing. Each failing call must return -ENOMEM and
  * leave the timer exactly as it was (same pending count, tw_check clean);
  * retried, it must succeed; at the end every task that was not cancelled
- * fires exactly once, and destroy returns every block. */
+ * fires exactly once, and destroy returns every block. The script runs on
+ * a manual timer and again on a threaded one (whose schedule and cancel
+ * take other paths, under the shard lock), and creation is failed at each
+ * of its allocations in both modes. */
 #include "helpers.h"
+
+#include <stdatomic.h>
 
 #define MANY 9000 /* > 8 slabs of 1024: the slab directory grows too */
 
@@ -59,12 +64,31 @@ static int op(struct script *s, int k)
 
 #define NOPS (8 + 20 + MANY)
 
-static long run(long fail_at, long *allocs)
+/* The threaded timer's clock: the test moves it, the driver reads it. */
+static _Atomic uint64_t thr_now;
+
+static uint64_t thr_clock(void *ctx)
+{
+    (void)ctx;
+    return atomic_load(&thr_now);
+}
+
+/* Only the test thread allocates: a threaded timer's driver and workers
+ * never do (tw_schedule reserves what a firing needs), so the counting
+ * allocator needs no lock. TSan checks that claim on this test. */
+static long run(long fail_at, int threaded, long *allocs)
 {
     struct count_alloc a = { 0 };
     struct fake_clock c;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
     o.allocator = counting(&a);
+    if (threaded) {
+        atomic_store(&thr_now, 0);
+        o.clock = thr_clock;
+        o.threaded = 1;
+        o.shards = 2; /* no workers: callbacks run on the driver, and
+                          s.fired has one writer at a time */
+    }
     static struct script s;
     memset(&s, 0, sizeof s);
     assert_int_equal(tw_create(&s.t, &o), 0);
@@ -84,7 +108,13 @@ static long run(long fail_at, long *allocs)
     assert_check(s.t);
     /* the periodic task (ids[3]) is cancelled; all the others fire once */
     assert_int_equal(tw_cancel(s.t, s.ids[3]), 0);
-    assert_true(tw_advance(s.t, UINT64_MAX) >= 0);
+    if (threaded) {
+        atomic_store(&thr_now, UINT64_MAX); /* everything is due */
+        assert_int_equal(tw_wake(s.t), 0); /* and fires in this pass */
+        assert_int_equal(tw_stop(s.t, count_fn, &s.fired), 0);
+    } else {
+        assert_true(tw_advance(s.t, UINT64_MAX) >= 0);
+    }
     assert_int_equal(s.fired, s.expected);
     assert_int_equal(tw_pending(s.t), 0);
     tw_destroy(s.t);
@@ -92,26 +122,37 @@ static long run(long fail_at, long *allocs)
     return a.failed;
 }
 
-static void test_every_allocation_fails_cleanly(void **state)
+static void every_allocation_fails_cleanly(int threaded)
 {
-    (void)state;
     long allocs = 0;
-    assert_int_equal(run(0, &allocs), 0);
+    assert_int_equal(run(0, threaded, &allocs), 0);
     assert_true(allocs >= 15); /* the script does reach many sites */
     for (long n = 1; n <= allocs; n++) {
         long again;
-        assert_int_equal(run(n, &again), 1); /* exactly that one failed */
+        assert_int_equal(run(n, threaded, &again), 1); /* exactly that one failed */
     }
 }
 
-static void test_create_fails_cleanly(void **state)
+static void test_every_allocation_fails_cleanly(void **state)
 {
     (void)state;
+    every_allocation_fails_cleanly(0);
+}
+
+static void test_every_allocation_fails_cleanly_threaded(void **state)
+{
+    (void)state;
+    every_allocation_fails_cleanly(1);
+}
+
+/* Creation fails at its n-th allocation for every n until it succeeds:
+ * -ENOMEM each time, *out untouched, nothing leaked. Returns how many
+ * allocations a successful creation made. */
+static long create_fails_cleanly(struct tw_options o)
+{
     for (long n = 1;; n++) {
         struct count_alloc a = { 0 };
         a.fail_at = n;
-        struct tw_options o;
-        tw_options_init(&o);
         o.allocator = counting(&a);
         tw_timer *t = NULL;
         int rc = tw_create(&t, &o);
@@ -119,8 +160,7 @@ static void test_create_fails_cleanly(void **state)
             assert_int_equal(a.failed, 0);
             tw_destroy(t);
             assert_int_equal(a.live, 0);
-            assert_true(n > 2);
-            break;
+            return n - 1;
         }
         assert_int_equal(rc, -ENOMEM);
         assert_null(t);
@@ -128,11 +168,28 @@ static void test_create_fails_cleanly(void **state)
     }
 }
 
+static void test_create_fails_cleanly(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    long manual = create_fails_cleanly(o);
+    assert_true(manual >= 2);
+    /* threaded: the shards, the runtime, the workers' table and queue;
+     * a failure after the shards are made must undo them */
+    o.threaded = 1;
+    o.shards = 4;
+    assert_true(create_fails_cleanly(o) >= manual + 3);
+    o.workers = 3;
+    assert_true(create_fails_cleanly(o) >= manual + 5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_fails_cleanly),
         cmocka_unit_test(test_every_allocation_fails_cleanly),
+        cmocka_unit_test(test_every_allocation_fails_cleanly_threaded),
     };
     return cmocka_run_group_tests_name("alloc_fail", tests, NULL, NULL);
 }
