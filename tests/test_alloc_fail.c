@@ -5,7 +5,8 @@
  * delay-queue room, periodic reservations, extra records, the key map,
  * long keys) runs once to count its allocations A, then A more times with
  * the N-th allocation failing. Each failing call must return -ENOMEM and
- * leave the timer exactly as it was (same pending count, tw_check clean);
+ * leave the timer exactly as it was (same pending count and next
+ * deadline, tw_check clean);
  * retried, it must succeed; at the end every task that was not cancelled
  * fires exactly once, and destroy returns every block. The script runs on
  * a manual timer and again on a threaded one (whose schedule and cancel
@@ -34,7 +35,7 @@ static int op(struct script *s, int k)
     case 0: rc = tw_schedule(t, MS, count_fn, &s->fired, &id); break;
     case 1: rc = tw_schedule(t, 10 * SEC, count_fn, &s->fired, &id); break;
     case 2: rc = tw_schedule(t, 3 * 86400 * SEC, count_fn, &s->fired, &id); break;
-    case 3: rc = tw_schedule_every(t, MS, 40 * 86400 * SEC, TW_FIXED_DELAY, count_fn, &s->fired, &id); break;
+    case 3: rc = tw_schedule_every(t, MS, 86400 * SEC, TW_FIXED_DELAY, count_fn, &s->fired, &id); break;
     case 4: rc = tw_schedule_keyed(t, "short", 5, 2 * MS, count_fn, &s->fired, &id); break;
     case 5: {
         char key[100];
@@ -42,8 +43,10 @@ static int op(struct script *s, int k)
         rc = tw_schedule_keyed(t, key, sizeof key, 3 * MS, count_fn, &s->fired, &id);
         break;
     }
-    case 6: rc = tw_schedule_keyed(t, "short", 5, 4 * MS, count_fn, &s->fired, &id); break; /* replace */
-    case 7: rc = tw_reschedule(t, s->ids[0], 100ull * 365 * 86400 * SEC); break;
+    /* levels, 64 slots of 1 ms: 3 days is level 4; the one-day period
+     * reserves level 5; the replace needs 6 and the reschedule 7 (the top) */
+    case 6: rc = tw_schedule_keyed(t, "short", 5, 5ull * 365 * 86400 * SEC, count_fn, &s->fired, &id); break; /* replace */
+    case 7: rc = tw_reschedule(t, s->ids[0], 500ull * 365 * 86400 * SEC); break;
     default:
         if (k < 8 + 20) { /* 20 keys: the key map grows */
             char key[16];
@@ -96,9 +99,14 @@ static long run(long fail_at, int threaded, long *allocs)
     a.fail_at = fail_at;
     for (int k = 0; k < NOPS; k++) {
         size_t before = tw_pending(s.t);
+        uint64_t next = 0, next_after = 0;
+        int has_next = tw_next_deadline(s.t, &next);
         int rc = op(&s, k);
         if (rc == -ENOMEM) {
             assert_int_equal(tw_pending(s.t), before);
+            /* nothing moved: a half-done replace or reschedule would */
+            assert_int_equal(tw_next_deadline(s.t, &next_after), has_next);
+            assert_true(next_after == next);
             assert_check(s.t);
             rc = op(&s, k); /* the failure was one-shot: must work now */
         }
