@@ -153,6 +153,52 @@ static void test_every_allocation_fails_cleanly_threaded(void **state)
     every_allocation_fails_cleanly(1);
 }
 
+/* A periodic task's callback reschedules it far out, to a level not yet
+ * made: the first time that allocation fails, and the task keeps its
+ * period; the second time it succeeds. */
+struct far {
+    struct count_alloc *a;
+    int calls;
+    int rc[2];
+};
+
+static void resched_far_fn(tw_timer *t, tw_id id, void *arg)
+{
+    struct far *f = arg;
+    f->a->fail_at = f->calls == 0; /* the next allocation fails, once */
+    f->rc[f->calls++] = tw_reschedule(t, id, 500ull * 365 * 86400 * SEC);
+    f->a->fail_at = 0;
+}
+
+static void test_periodic_reschedule_fails_cleanly(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.allocator = counting(&a);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct far f = { &a, 0, { 1, 1 } };
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, resched_far_fn, &f, &id), 0);
+    assert_int_equal(tw_advance(t, MS), 1);
+    assert_int_equal(f.rc[0], -ENOMEM);
+    assert_int_equal(a.failed, 1);
+    assert_check(t);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 2 * MS); /* the period, as if never rescheduled */
+    assert_int_equal(tw_advance(t, 2 * MS), 1);
+    assert_int_equal(f.rc[1], 0);
+    assert_int_equal(tw_advance(t, 1000 * SEC), 0); /* moved far out */
+    assert_int_equal(tw_pending(t), 1);
+    assert_check(t);
+    assert_int_equal(tw_cancel(t, id), 0);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
 /* Creation fails at its n-th allocation for every n until it succeeds:
  * -ENOMEM each time, *out untouched, nothing leaked. Returns how many
  * allocations a successful creation made. */
@@ -198,6 +244,7 @@ int main(void)
         cmocka_unit_test(test_create_fails_cleanly),
         cmocka_unit_test(test_every_allocation_fails_cleanly),
         cmocka_unit_test(test_every_allocation_fails_cleanly_threaded),
+        cmocka_unit_test(test_periodic_reschedule_fails_cleanly),
     };
     return cmocka_run_group_tests_name("alloc_fail", tests, NULL, NULL);
 }

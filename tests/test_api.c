@@ -419,6 +419,34 @@ static void test_periodic_reschedule_from_callback(void **state)
     tw_destroy(t);
 }
 
+/* A periodic task that cancelled itself from its callback cannot then be
+ * rescheduled from it, and does not come back. */
+static int cancel_resched_rc;
+static void cancel_then_resched_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (*(int *)arg)++;
+    assert_int_equal(tw_cancel(t, id), 0);
+    cancel_resched_rc = tw_reschedule(t, id, MS);
+}
+
+static void test_periodic_cancel_then_reschedule(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, cancel_then_resched_fn, &n, &id), 0);
+    assert_int_equal(tw_advance(t, MS), 1);
+    assert_int_equal(cancel_resched_rc, -ENOENT);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_advance(t, 100 * MS), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_keyed(void **state)
 {
     (void)state;
@@ -850,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_periodic_fixed_rate),
         cmocka_unit_test(test_periodic_fixed_delay),
         cmocka_unit_test(test_periodic_reschedule_from_callback),
+        cmocka_unit_test(test_periodic_cancel_then_reschedule),
         cmocka_unit_test(test_keyed),
         cmocka_unit_test(test_max_pending),
         cmocka_unit_test(test_callbacks_reenter),
