@@ -435,6 +435,121 @@ static void test_long_list_all_completed(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A check whose snapshot of a long list cannot be allocated tries
+ * nothing: -ENOMEM, no op tried or completed, the list intact; called
+ * again it completes them. */
+static void test_check_snapshot_alloc_failure(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.allocator = counting(&a);
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    static struct req r[100]; /* more than the 64 a check snapshots in place */
+    struct tw_key k = KEY("hot");
+    for (int i = 0; i < 100; i++) {
+        memset(&r[i], 0, sizeof(r[i]));
+        tw_op *op = mk_op(p, &r[i], SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+        tw_op_release(op);
+        atomic_store(&r[i].completable, 1);
+    }
+    int tried = 0;
+    for (int i = 0; i < 100; i++)
+        tried += atomic_load(&r[i].attempts);
+    a.fail_at = 1;
+    assert_int_equal(tw_purgatory_check_and_complete(p, "hot", 3), -ENOMEM);
+    assert_int_equal(a.failed, 1);
+    int tried_after = 0;
+    for (int i = 0; i < 100; i++)
+        tried_after += atomic_load(&r[i].attempts);
+    assert_int_equal(tried_after, tried);
+    assert_int_equal(tw_purgatory_watched(p), 100);
+    assert_int_equal(tw_purgatory_delayed(p), 100);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "hot", 3), 100);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(r[i].completed, 1);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
+}
+
+/* An op completed by someone else while its timeout is being scheduled
+ * (after the second try, before the timer id is stored): the timeout it
+ * just got is cancelled, never fires, and its reference is settled. The
+ * other completer is played, deterministically, by the purgatory's own
+ * allocator: the first schedule on a fresh timer allocates its first
+ * slab, after every allocation of the watch. */
+struct completing_alloc {
+    struct count_alloc c; /* first: count_alloc_fn takes it as ctx */
+    long complete_at;     /* this allocation from now completes `op` */
+    tw_op *op;
+    tw_purgatory *p;
+    uint64_t delayed_then; /* tw_purgatory_delayed when it completed */
+};
+
+static void *completing_alloc_fn(void *ctx, size_t size)
+{
+    struct completing_alloc *h = ctx;
+    if (h->complete_at && --h->complete_at == 0) {
+        h->delayed_then = tw_purgatory_delayed(h->p);
+        assert_true(tw_op_force_complete(h->op));
+    }
+    return count_alloc_fn(&h->c, size);
+}
+
+static tw_purgatory *mk_completing(struct completing_alloc *h)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.allocator = (struct tw_allocator){ completing_alloc_fn, count_free_fn, h };
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    h->p = p;
+    return p;
+}
+
+static void test_completed_while_scheduling(void **state)
+{
+    (void)state;
+    struct tw_key k = KEY("k");
+    /* a dry run counts the allocations of the first watch */
+    struct completing_alloc dry = { 0 };
+    tw_purgatory *p = mk_completing(&dry);
+    struct req r = { 0 };
+    tw_op *op = mk_op(p, &r, SEC);
+    long before = dry.c.allocs;
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    long n = dry.c.allocs - before;
+    assert_true(n >= 2); /* the watch's, then the timer's first slab */
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(dry.c.live, 0);
+
+    struct completing_alloc h = { 0 };
+    p = mk_completing(&h);
+    memset(&r, 0, sizeof r);
+    op = mk_op(p, &r, SEC);
+    h.op = op;
+    h.complete_at = n; /* the last: inside tw_schedule */
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    assert_int_equal(h.complete_at, 0);
+    assert_int_equal(h.delayed_then, 1); /* it was being scheduled */
+    assert_int_equal(r.completed, 1);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0); /* cancelled */
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * SEC), 0);
+    assert_int_equal(r.expired, 0);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(h.c.live, 0); /* the timeout's reference went too */
+}
+
 /* ---- threads ----------------------------------------------------------- */
 
 #define NOPS 100
@@ -593,6 +708,8 @@ int main(void)
         cmocka_unit_test(test_errors_and_alloc_failure),
         cmocka_unit_test(test_completed_ops_are_purged),
         cmocka_unit_test(test_long_list_all_completed),
+        cmocka_unit_test(test_check_snapshot_alloc_failure),
+        cmocka_unit_test(test_completed_while_scheduling),
         cmocka_unit_test(test_many_threads_complete_once),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
     };
