@@ -86,11 +86,12 @@ struct tw_options {
     int threaded;                 /* 0 = manual (default); 1 = a driver
                                      thread advances the timer itself */
     uint32_t workers;             /* threaded only: 0 = callbacks run on the
-                                     driver thread; N = on N worker threads */
+                                     driver thread; N = on N worker threads
+                                     (at most 1024) */
     uint32_t shards;              /* threaded only: independent engine
                                      shards, each with its own lock,
-                                     rounded up to a power of two;
-                                     0 = four per CPU (4 .. 64) */
+                                     rounded up to a power of two, at
+                                     most 64; 0 = four per CPU (4 .. 64) */
     uint64_t capacity;            /* tasks to make room for at creation
                                      (0 = grow on demand; threaded: shared
                                      out over the shards). A full pool
@@ -156,7 +157,8 @@ TW_API void tw_options_init(struct tw_options *o);
 /* Creates a timer. o may be NULL for the defaults. Returns 0 and sets *out,
  * or -EINVAL (out NULL, tick_ns 0, wheel_size not a power of two in
  * [2, TW_MAX_WHEEL_SIZE], only one allocator function set, workers or
- * shards without threaded), -ENOMEM, or (threaded) a pthread error.
+ * shards without threaded, threaded not 0 or 1, more than 1024 workers or
+ * 64 shards), -ENOMEM, or (threaded) a pthread error.
  * The options are copied. */
 TW_API int tw_create(tw_timer **out, const struct tw_options *o);
 

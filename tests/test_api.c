@@ -55,6 +55,12 @@ static void test_create_errors(void **state)
     tw_options_init(&o);
     o.threaded = 2;
     assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.threaded = 1;
+    o.workers = 1025; /* past the limits */
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.workers = 0;
+    o.shards = 65;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
     assert_ptr_equal(t, (tw_timer *)0x1); /* untouched on error */
 
     /* NULL options: defaults on CLOCK_MONOTONIC */
