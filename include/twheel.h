@@ -276,7 +276,9 @@ TW_API void tw_stats(tw_timer *t, struct tw_stats *s);
  * NULL). O(pending + buckets). For tests and fuzzers. */
 TW_API int tw_check(tw_timer *t, FILE *report);
 
-/* A static description of a twheel error code (negative errno). */
+/* A static description of a twheel error code (negative errno): each code
+ * the functions above document has its own; any other gets "unknown
+ * error". Thread-safe. */
 TW_API const char *tw_strerror(int err);
 
 /*

@@ -996,7 +996,8 @@ const char *tw_strerror(int err)
     case -EINVAL: return "invalid argument";
     case -ENOMEM: return "out of memory";
     case -ENOENT: return "no such pending task";
-    case -EAGAIN: return "too many pending tasks (max_pending)";
+    /* also tw_create's when pthread_create finds no room for a thread */
+    case -EAGAIN: return "limit reached (max_pending, or threads)";
     case -EDEADLK: return "not allowed from a callback of this timer";
     case -EPERM: return "not allowed on a threaded timer";
     case -ESHUTDOWN: return "timer stopped";

@@ -773,6 +773,15 @@ static void test_stats_and_misc(void **state)
     assert_string_equal(tw_strerror(-ENOENT), "no such pending task");
     assert_string_equal(tw_strerror(-EINVAL), "invalid argument");
     assert_string_equal(tw_strerror(12345), "unknown error");
+    /* every documented code has its own description */
+    int codes[] = { 0, -EINVAL, -ENOMEM, -ENOENT, -EAGAIN, -EDEADLK, -EPERM,
+                    -ESHUTDOWN, -EALREADY, -EFAULT };
+    size_t ncodes = sizeof(codes) / sizeof(codes[0]);
+    for (size_t i = 0; i < ncodes; i++) {
+        assert_string_not_equal(tw_strerror(codes[i]), "unknown error");
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(tw_strerror(codes[i]), tw_strerror(codes[j]));
+    }
     tw_destroy(t);
 }
 
