@@ -1,0 +1,257 @@
+/* test_check.c: tw_check itself. Every other test and the fuzzer trust
+ * tw_check to fail when the engine's state is wrong, so each of its rules
+ * is broken here on purpose, one at a time, in a timer that holds tasks at
+ * three levels, a keyed task, a periodic task and a free slot: tw_check
+ * must return -EFAULT and name what broke; put back, the timer must check
+ * clean again (so the report came from that one change). White-box:
+ * linked against the static library to reach the engine. */
+#include "helpers.h"
+
+#include <stdio.h>
+
+#include "timer.h"
+
+struct fixture {
+    struct fake_clock c;
+    tw_timer *t;
+    struct tw__engine *e;
+    tw_id near, mid, far, keyed, every, freed;
+};
+
+static struct tw__entry *entry_of(struct fixture *f, tw_id id)
+{
+    return tw__pool_entry(&f->e->pool, tw__id_slot(f->t, id));
+}
+
+static int setup(void **state)
+{
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    struct tw_options o = manual_opts(&f.c, 0, MS, 64);
+    assert_int_equal(tw_create(&f.t, &o), 0);
+    f.e = &f.t->shards[0].eng;
+    assert_int_equal(tw_schedule(f.t, 5 * MS, noop_fn, NULL, &f.near), 0);   /* level 0 */
+    assert_int_equal(tw_schedule(f.t, 2 * SEC, noop_fn, NULL, &f.mid), 0);   /* level 1 */
+    assert_int_equal(tw_schedule(f.t, 100 * SEC, noop_fn, NULL, &f.far), 0); /* level 2 */
+    assert_int_equal(tw_schedule_keyed(f.t, "conn", 4, 10 * MS, noop_fn, NULL, &f.keyed), 0);
+    assert_int_equal(tw_schedule_every(f.t, 20 * MS, 20 * MS, TW_FIXED_RATE, noop_fn, NULL,
+                                       &f.every), 0);
+    assert_int_equal(tw_schedule(f.t, 7 * MS, noop_fn, NULL, &f.freed), 0);
+    assert_int_equal(tw_cancel(f.t, f.freed), 0); /* a slot on the free list */
+    assert_true(f.e->dq.n >= 3);
+    assert_check(f.t);
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    tw_destroy(f->t);
+    return 0;
+}
+
+/* tw_check must fail and its report must contain `what`. */
+static void assert_caught(tw_timer *t, const char *what)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *report = open_memstream(&buf, &len);
+    assert_non_null(report);
+    int rc = tw_check(t, report);
+    fclose(report);
+    if (!strstr(buf, what))
+        fprintf(stderr, "expected \"%s\" in the report:\n%s", what, buf);
+    assert_int_equal(rc, -EFAULT);
+    assert_non_null(strstr(buf, what));
+    assert_int_equal(tw_check(t, NULL), -EFAULT); /* no report: same verdict */
+    free(buf);
+}
+
+static void test_pending_count(void **state)
+{
+    struct fixture *f = *state;
+    f->e->scheduled++;
+    assert_caught(f->t, "pending");
+    f->e->scheduled--;
+    assert_check(f->t);
+}
+
+static void test_heap_order(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__dq_node *h = f->e->dq.h, saved = h[0];
+    h[0] = h[1]; /* the root and its child swapped, indices not */
+    h[1] = saved;
+    assert_caught(f->t, "heap order broken");
+    h[1] = h[0];
+    h[0] = saved;
+    assert_check(f->t);
+}
+
+static void test_heap_index(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__bucket *b = tw__bucket_at(f->e, f->e->dq.h[0].bn);
+    uint32_t saved = b->heap_index;
+    b->heap_index = f->e->dq.n - 1;
+    assert_caught(f->t, "heap_index");
+    b->heap_index = saved;
+    assert_check(f->t);
+}
+
+static void test_list_prev(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->mid);
+    uint32_t saved = en->link.prev;
+    en->link.prev = tw__ref(tw__id_slot(f->t, f->far));
+    assert_caught(f->t, "prev");
+    en->link.prev = saved;
+    assert_check(f->t);
+}
+
+static void test_list_loop(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->near);
+    uint32_t saved = en->link.next;
+    en->link.next = tw__ref(tw__id_slot(f->t, f->near)); /* points at itself */
+    assert_caught(f->t, "does not close");
+    en->link.next = saved;
+    assert_check(f->t);
+}
+
+/* The rule the header's "never early" rests on: a level-0 bucket holds no
+ * task due after its tick. */
+static void test_would_fire_early(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->near);
+    uint64_t saved = en->deadline;
+    en->deadline = saved + 3 * MS;
+    assert_caught(f->t, "in level-0 bucket");
+    en->deadline = saved;
+    assert_check(f->t);
+}
+
+static void test_outside_bucket(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->far);
+    uint64_t saved = en->deadline;
+    en->deadline = saved + 1000 * SEC;
+    assert_caught(f->t, "outside level-2 bucket");
+    en->deadline = saved;
+    assert_check(f->t);
+}
+
+static void test_list_mask(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__bucket *b = tw__bucket_at(f->e, f->e->dq.h[0].bn);
+    uint32_t saved = b->mask;
+    b->mask ^= 1u << (TW__SUBS - 1); /* claim (or deny) a list it lacks */
+    if (b->mask == 0)
+        b->mask = saved ^ (1u << 0);
+    assert_caught(f->t, "list mask");
+    b->mask = saved;
+    assert_check(f->t);
+}
+
+static void test_generation_state(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t *g = tw__pool_gen(&f->e->pool, tw__id_slot(f->t, f->freed));
+    uint32_t saved = *g;
+    *g = saved | 3u;
+    assert_caught(f->t, "of no state");
+    *g = saved;
+    assert_check(f->t);
+}
+
+static void test_free_slot_in_use(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t *g = tw__pool_gen(&f->e->pool, tw__id_slot(f->t, f->freed));
+    uint32_t saved = *g;
+    *g = (saved & ~3u) | 1u; /* a plain task, on no list */
+    assert_caught(f->t, "on the free list but in use");
+    *g = saved;
+    assert_check(f->t);
+}
+
+static void test_listed_but_free(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t *g = tw__pool_gen(&f->e->pool, tw__id_slot(f->t, f->mid));
+    uint32_t saved = *g;
+    *g = saved & ~3u;
+    assert_caught(f->t, "is listed but free");
+    *g = saved;
+    assert_check(f->t);
+}
+
+static void test_taken_count(void **state)
+{
+    struct fixture *f = *state;
+    f->e->taken++;
+    assert_caught(f->t, "periodic tasks running or waiting to");
+    f->e->taken--;
+    assert_check(f->t);
+}
+
+static void test_key_map(void **state)
+{
+    struct fixture *f = *state;
+    f->e->keys.n++;
+    assert_caught(f->t, "key map");
+    f->e->keys.n--;
+    assert_check(f->t);
+}
+
+static void test_level_limits(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t saved = f->e->lv[1].last;
+    f->e->lv[1].last = saved + 1;
+    assert_caught(f->t, "level 1: last tick");
+    f->e->lv[1].last = saved;
+    assert_check(f->t);
+}
+
+/* Tasks not yet due on the expired list: a bug, except while a drain is
+ * handing them back. */
+static void test_expired_list_not_due(void **state)
+{
+    struct fixture *f = *state;
+    tw__wheel_collect_all(f->e);
+    assert_caught(f->t, "on the expired list");
+    f->e->draining++;
+    assert_check(f->t);
+    f->e->draining--;
+}
+
+int main(void)
+{
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_pending_count),
+        T(test_heap_order),
+        T(test_heap_index),
+        T(test_list_prev),
+        T(test_list_loop),
+        T(test_would_fire_early),
+        T(test_outside_bucket),
+        T(test_list_mask),
+        T(test_generation_state),
+        T(test_free_slot_in_use),
+        T(test_listed_but_free),
+        T(test_taken_count),
+        T(test_key_map),
+        T(test_level_limits),
+        T(test_expired_list_not_due),
+    };
+#undef T
+    return cmocka_run_group_tests_name("check", tests, NULL, NULL);
+}
