@@ -208,7 +208,8 @@ TW_API int tw_cancel(tw_timer *t, tw_id id);
 /* Schedules a task under a key (a byte string, copied). A pending task
  * under the same key is cancelled and replaced (its callback will not run;
  * the new task gets a new id). The key is freed when the task fires or is
- * cancelled. Returns 0, -EINVAL (key NULL or keylen 0), or the errors of
+ * cancelled. Returns 0, -EINVAL (key NULL, keylen 0 or above
+ * UINT32_MAX, checked before the key is read), or the errors of
  * tw_schedule; on error the old task stays pending. */
 TW_API int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
                              uint64_t delay_ns, tw_fn fn, void *arg,

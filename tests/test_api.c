@@ -463,6 +463,9 @@ static void test_keyed(void **state)
     assert_int_equal(tw_schedule_keyed(NULL, "k", 1, MS, count_fn, &a, NULL), -EINVAL);
     assert_int_equal(tw_schedule_keyed(t, NULL, 1, MS, count_fn, &a, NULL), -EINVAL);
     assert_int_equal(tw_schedule_keyed(t, "k", 0, MS, count_fn, &a, NULL), -EINVAL);
+    if (SIZE_MAX > UINT32_MAX) /* too long: refused before the key is read */
+        assert_int_equal(tw_schedule_keyed(t, "k", (size_t)UINT32_MAX + 1, MS, count_fn, &a, NULL),
+                         -EINVAL);
     assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, NULL, &a, NULL), -EINVAL);
     assert_int_equal(tw_cancel_keyed(t, "k", 0), -EINVAL);
     assert_int_equal(tw_cancel_keyed(NULL, "k", 1), -EINVAL);
