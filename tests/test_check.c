@@ -232,6 +232,148 @@ static void test_expired_list_not_due(void **state)
     f->e->draining--;
 }
 
+static void test_foreign_sentinel(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->near);
+    uint32_t saved = en->link.next;
+    en->link.next = tw__sent(f->e->dq.h[0].bn ^ 1u, 0); /* another bucket's head */
+    assert_caught(f->t, "reaches foreign sentinel");
+    en->link.next = saved;
+    assert_check(f->t);
+}
+
+static void test_ref_not_a_slot(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->near);
+    uint32_t saved = en->link.next;
+    en->link.next = tw__ref(tw__id_slot(f->t, f->near)) + 1u;
+    assert_caught(f->t, "not a slot's");
+    en->link.next = saved;
+    assert_check(f->t);
+}
+
+static void test_list_tail(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t slot = tw__id_slot(f->t, f->mid);
+    struct tw__link *head = tw__link_at(f->e, entry_of(f, f->mid)->link.prev);
+    assert_true(head->next == tw__ref(slot)); /* mid is its list's only task */
+    uint32_t saved = head->prev;
+    head->prev = tw__ref(tw__id_slot(f->t, f->far));
+    assert_caught(f->t, "tail");
+    head->prev = saved;
+    assert_check(f->t);
+}
+
+static void test_heap_names_no_level(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__dq_node *nd = &f->e->dq.h[f->e->dq.n - 1];
+    uint32_t saved = nd->bn;
+    nd->bn = f->e->nlevels << f->e->sbits;
+    assert_caught(f->t, "of no level");
+    nd->bn = saved;
+    assert_check(f->t);
+}
+
+static void test_bucket_not_queued(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__bucket *b = tw__bucket_at(f->e, f->e->dq.h[0].bn);
+    uint32_t saved = b->heap_index;
+    b->heap_index = TW__NOT_QUEUED;
+    assert_caught(f->t, "holds tasks but is not queued");
+    b->heap_index = saved;
+    assert_check(f->t);
+}
+
+/* The bucket of `near` (the earliest) loses its only task's list. */
+static void test_bucket_queued_but_empty(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t bn = f->e->dq.h[0].bn;
+    struct tw__bucket *b = tw__bucket_at(f->e, bn);
+    uint32_t j = tw__id_slot(f->t, f->near) & (TW__SUBS - 1);
+    assert_int_equal(b->mask, 1u << j);
+    struct tw__link *head = tw__link_at(f->e, tw__sent(bn, j)), saved = *head;
+    head->next = head->prev = tw__sent(bn, j);
+    b->mask = 0;
+    assert_caught(f->t, "queued but empty");
+    *head = saved;
+    b->mask = 1u << j;
+    assert_check(f->t);
+}
+
+static void test_expiration_does_not_map(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t pos = tw__bucket_at(f->e, f->e->dq.h[0].bn)->heap_index;
+    uint64_t saved = f->e->dq.h[pos].exp;
+    f->e->dq.h[pos].exp = saved + 1;
+    assert_caught(f->t, "does not map to it");
+    f->e->dq.h[pos].exp = saved;
+    assert_check(f->t);
+}
+
+/* The clock moved past `near`'s tick without firing it. */
+static void test_expiration_behind_clock(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t cur = f->e->cur;
+    struct tw__level lv[TW__MAX_LEVELS];
+    memcpy(lv, f->e->lv, sizeof lv);
+    tw__wheel_set_cur(f->e, cur + 6);
+    assert_caught(f->t, "is behind the clock");
+    f->e->cur = cur;
+    memcpy(f->e->lv, lv, sizeof lv);
+    assert_check(f->t);
+}
+
+static void test_generation_disagrees(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->keyed);
+    tw_fn saved = en->fn;
+    en->fn = noop_fn; /* an extra record's slot, with a plain callback */
+    assert_caught(f->t, "disagrees with its callback");
+    en->fn = saved;
+    assert_check(f->t);
+}
+
+static void test_free_list_broken(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->freed);
+    uint32_t saved = en->link.next;
+    en->link.next = tw__pool_slots(&f->e->pool) + 5;
+    assert_caught(f->t, "free list broken");
+    en->link.next = saved;
+    assert_check(f->t);
+}
+
+static void test_key_names_dead_task(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__extra *x = entry_of(f, f->keyed)->arg;
+    uint32_t saved = x->slot;
+    x->slot = tw__id_slot(f->t, f->freed);
+    assert_caught(f->t, "names a dead task");
+    x->slot = saved;
+    assert_check(f->t);
+}
+
+static void test_listed_while_running(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__extra *x = entry_of(f, f->every)->arg;
+    x->state = TW__X_FIRING;
+    assert_caught(f->t, "listed while its callback runs");
+    x->state = TW__X_IDLE;
+    assert_check(f->t);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -251,6 +393,18 @@ int main(void)
         T(test_key_map),
         T(test_level_limits),
         T(test_expired_list_not_due),
+        T(test_foreign_sentinel),
+        T(test_ref_not_a_slot),
+        T(test_list_tail),
+        T(test_heap_names_no_level),
+        T(test_bucket_not_queued),
+        T(test_bucket_queued_but_empty),
+        T(test_expiration_does_not_map),
+        T(test_expiration_behind_clock),
+        T(test_generation_disagrees),
+        T(test_free_list_broken),
+        T(test_key_names_dead_task),
+        T(test_listed_while_running),
     };
 #undef T
     return cmocka_run_group_tests_name("check", tests, NULL, NULL);
