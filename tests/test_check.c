@@ -68,13 +68,26 @@ static void assert_caught(tw_timer *t, const char *what)
     free(buf);
 }
 
+/* Sets `field` to `bad`: tw_check must fail and name `what`. Then puts it
+ * back: the timer must check clean again. */
+#define BREAK(field, bad, what)              \
+    do {                                     \
+        __typeof__(field) saved_ = (field);  \
+        (field) = (bad);                     \
+        assert_caught(f->t, what);           \
+        (field) = saved_;                    \
+        assert_check(f->t);                  \
+    } while (0)
+
+/* A task of the fixture: its slot, its list ref, its generation. */
+#define SLOT(id) tw__id_slot(f->t, (id))
+#define REF(id) tw__ref(SLOT(id))
+#define GEN(id) (*tw__pool_gen(&f->e->pool, SLOT(id)))
+
 static void test_pending_count(void **state)
 {
     struct fixture *f = *state;
-    f->e->scheduled++;
-    assert_caught(f->t, "pending");
-    f->e->scheduled--;
-    assert_check(f->t);
+    BREAK(f->e->scheduled, f->e->scheduled + 1, "pending");
 }
 
 static void test_heap_order(void **state)
@@ -92,34 +105,20 @@ static void test_heap_order(void **state)
 static void test_heap_index(void **state)
 {
     struct fixture *f = *state;
-    struct tw__bucket *b = tw__bucket_at(f->e, f->e->dq.h[0].bn);
-    uint32_t saved = b->heap_index;
-    b->heap_index = f->e->dq.n - 1;
-    assert_caught(f->t, "heap_index");
-    b->heap_index = saved;
-    assert_check(f->t);
+    BREAK(tw__bucket_at(f->e, f->e->dq.h[0].bn)->heap_index, f->e->dq.n - 1, "heap_index");
 }
 
 static void test_list_prev(void **state)
 {
     struct fixture *f = *state;
-    struct tw__entry *en = entry_of(f, f->mid);
-    uint32_t saved = en->link.prev;
-    en->link.prev = tw__ref(tw__id_slot(f->t, f->far));
-    assert_caught(f->t, "prev");
-    en->link.prev = saved;
-    assert_check(f->t);
+    BREAK(entry_of(f, f->mid)->link.prev, REF(f->far), "prev");
 }
 
 static void test_list_loop(void **state)
 {
     struct fixture *f = *state;
-    struct tw__entry *en = entry_of(f, f->near);
-    uint32_t saved = en->link.next;
-    en->link.next = tw__ref(tw__id_slot(f->t, f->near)); /* points at itself */
-    assert_caught(f->t, "does not close");
-    en->link.next = saved;
-    assert_check(f->t);
+    /* points at itself */
+    BREAK(entry_of(f, f->near)->link.next, REF(f->near), "does not close");
 }
 
 /* The rule the header's "never early" rests on: a level-0 bucket holds no
@@ -138,12 +137,8 @@ static void test_would_fire_early(void **state)
 static void test_outside_bucket(void **state)
 {
     struct fixture *f = *state;
-    struct tw__entry *en = entry_of(f, f->far);
-    uint64_t saved = en->deadline;
-    en->deadline = saved + 1000 * SEC;
-    assert_caught(f->t, "outside level-2 bucket");
-    en->deadline = saved;
-    assert_check(f->t);
+    BREAK(entry_of(f, f->far)->deadline, entry_of(f, f->far)->deadline + 1000 * SEC,
+          "outside level-2 bucket");
 }
 
 static void test_list_mask(void **state)
@@ -162,62 +157,38 @@ static void test_list_mask(void **state)
 static void test_generation_state(void **state)
 {
     struct fixture *f = *state;
-    uint32_t *g = tw__pool_gen(&f->e->pool, tw__id_slot(f->t, f->freed));
-    uint32_t saved = *g;
-    *g = saved | 3u;
-    assert_caught(f->t, "of no state");
-    *g = saved;
-    assert_check(f->t);
+    BREAK(GEN(f->freed), GEN(f->freed) | 3u, "of no state");
 }
 
 static void test_free_slot_in_use(void **state)
 {
     struct fixture *f = *state;
-    uint32_t *g = tw__pool_gen(&f->e->pool, tw__id_slot(f->t, f->freed));
-    uint32_t saved = *g;
-    *g = (saved & ~3u) | 1u; /* a plain task, on no list */
-    assert_caught(f->t, "on the free list but in use");
-    *g = saved;
-    assert_check(f->t);
+    /* a plain task, on no list */
+    BREAK(GEN(f->freed), (GEN(f->freed) & ~3u) | 1u, "on the free list but in use");
 }
 
 static void test_listed_but_free(void **state)
 {
     struct fixture *f = *state;
-    uint32_t *g = tw__pool_gen(&f->e->pool, tw__id_slot(f->t, f->mid));
-    uint32_t saved = *g;
-    *g = saved & ~3u;
-    assert_caught(f->t, "is listed but free");
-    *g = saved;
-    assert_check(f->t);
+    BREAK(GEN(f->mid), GEN(f->mid) & ~3u, "is listed but free");
 }
 
 static void test_taken_count(void **state)
 {
     struct fixture *f = *state;
-    f->e->taken++;
-    assert_caught(f->t, "periodic tasks running or waiting to");
-    f->e->taken--;
-    assert_check(f->t);
+    BREAK(f->e->taken, f->e->taken + 1, "periodic tasks running or waiting to");
 }
 
 static void test_key_map(void **state)
 {
     struct fixture *f = *state;
-    f->e->keys.n++;
-    assert_caught(f->t, "key map");
-    f->e->keys.n--;
-    assert_check(f->t);
+    BREAK(f->e->keys.n, f->e->keys.n + 1, "key map");
 }
 
 static void test_level_limits(void **state)
 {
     struct fixture *f = *state;
-    uint64_t saved = f->e->lv[1].last;
-    f->e->lv[1].last = saved + 1;
-    assert_caught(f->t, "level 1: last tick");
-    f->e->lv[1].last = saved;
-    assert_check(f->t);
+    BREAK(f->e->lv[1].last, f->e->lv[1].last + 1, "level 1: last tick");
 }
 
 /* Tasks not yet due on the expired list: a bug, except while a drain is
@@ -235,23 +206,15 @@ static void test_expired_list_not_due(void **state)
 static void test_foreign_sentinel(void **state)
 {
     struct fixture *f = *state;
-    struct tw__entry *en = entry_of(f, f->near);
-    uint32_t saved = en->link.next;
-    en->link.next = tw__sent(f->e->dq.h[0].bn ^ 1u, 0); /* another bucket's head */
-    assert_caught(f->t, "reaches foreign sentinel");
-    en->link.next = saved;
-    assert_check(f->t);
+    /* another bucket's list head */
+    BREAK(entry_of(f, f->near)->link.next, tw__sent(f->e->dq.h[0].bn ^ 1u, 0),
+          "reaches foreign sentinel");
 }
 
 static void test_ref_not_a_slot(void **state)
 {
     struct fixture *f = *state;
-    struct tw__entry *en = entry_of(f, f->near);
-    uint32_t saved = en->link.next;
-    en->link.next = tw__ref(tw__id_slot(f->t, f->near)) + 1u;
-    assert_caught(f->t, "not a slot's");
-    en->link.next = saved;
-    assert_check(f->t);
+    BREAK(entry_of(f, f->near)->link.next, REF(f->near) + 1u, "not a slot's");
 }
 
 static void test_list_tail(void **state)
@@ -270,23 +233,14 @@ static void test_list_tail(void **state)
 static void test_heap_names_no_level(void **state)
 {
     struct fixture *f = *state;
-    struct tw__dq_node *nd = &f->e->dq.h[f->e->dq.n - 1];
-    uint32_t saved = nd->bn;
-    nd->bn = f->e->nlevels << f->e->sbits;
-    assert_caught(f->t, "of no level");
-    nd->bn = saved;
-    assert_check(f->t);
+    BREAK(f->e->dq.h[f->e->dq.n - 1].bn, f->e->nlevels << f->e->sbits, "of no level");
 }
 
 static void test_bucket_not_queued(void **state)
 {
     struct fixture *f = *state;
-    struct tw__bucket *b = tw__bucket_at(f->e, f->e->dq.h[0].bn);
-    uint32_t saved = b->heap_index;
-    b->heap_index = TW__NOT_QUEUED;
-    assert_caught(f->t, "holds tasks but is not queued");
-    b->heap_index = saved;
-    assert_check(f->t);
+    BREAK(tw__bucket_at(f->e, f->e->dq.h[0].bn)->heap_index, TW__NOT_QUEUED,
+          "holds tasks but is not queued");
 }
 
 /* The bucket of `near` (the earliest) loses its only task's list. */
@@ -334,44 +288,28 @@ static void test_expiration_behind_clock(void **state)
 static void test_generation_disagrees(void **state)
 {
     struct fixture *f = *state;
-    struct tw__entry *en = entry_of(f, f->keyed);
-    tw_fn saved = en->fn;
-    en->fn = noop_fn; /* an extra record's slot, with a plain callback */
-    assert_caught(f->t, "disagrees with its callback");
-    en->fn = saved;
-    assert_check(f->t);
+    /* an extra record's slot, with a plain callback */
+    BREAK(entry_of(f, f->keyed)->fn, noop_fn, "disagrees with its callback");
 }
 
 static void test_free_list_broken(void **state)
 {
     struct fixture *f = *state;
-    struct tw__entry *en = entry_of(f, f->freed);
-    uint32_t saved = en->link.next;
-    en->link.next = tw__pool_slots(&f->e->pool) + 5;
-    assert_caught(f->t, "free list broken");
-    en->link.next = saved;
-    assert_check(f->t);
+    BREAK(entry_of(f, f->freed)->link.next, tw__pool_slots(&f->e->pool) + 5, "free list broken");
 }
 
 static void test_key_names_dead_task(void **state)
 {
     struct fixture *f = *state;
-    struct tw__extra *x = entry_of(f, f->keyed)->arg;
-    uint32_t saved = x->slot;
-    x->slot = tw__id_slot(f->t, f->freed);
-    assert_caught(f->t, "names a dead task");
-    x->slot = saved;
-    assert_check(f->t);
+    BREAK(((struct tw__extra *)entry_of(f, f->keyed)->arg)->slot, SLOT(f->freed),
+          "names a dead task");
 }
 
 static void test_listed_while_running(void **state)
 {
     struct fixture *f = *state;
-    struct tw__extra *x = entry_of(f, f->every)->arg;
-    x->state = TW__X_FIRING;
-    assert_caught(f->t, "listed while its callback runs");
-    x->state = TW__X_IDLE;
-    assert_check(f->t);
+    BREAK(((struct tw__extra *)entry_of(f, f->every)->arg)->state, TW__X_FIRING,
+          "listed while its callback runs");
 }
 
 int main(void)
