@@ -285,6 +285,44 @@ static void test_expiration_behind_clock(void **state)
     assert_check(f->t);
 }
 
+/* A level-1 bucket's expiration moved a whole wheel of its level ahead:
+ * it still maps to the bucket, but lies past what the level may hold. */
+static void test_expiration_beyond_span(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t bn = 0;
+    for (uint32_t k = 0; k < f->e->dq.n; k++) /* `mid`'s bucket, at level 1 */
+        if (f->e->dq.h[k].bn >> f->e->sbits == 1)
+            bn = f->e->dq.h[k].bn;
+    assert_int_equal(bn >> f->e->sbits, 1);
+    uint32_t pos = tw__bucket_at(f->e, bn)->heap_index;
+    uint64_t whole = (uint64_t)(f->e->smask + 1) << f->e->bits; /* 2W blocks of W ticks */
+    BREAK(f->e->dq.h[pos].exp, f->e->dq.h[pos].exp + whole, "beyond its level's span");
+}
+
+/* `near` moved to another list of its bucket than its slot names. */
+static void test_wrong_list(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t bn = f->e->dq.h[0].bn, r = REF(f->near);
+    struct tw__bucket *b = tw__bucket_at(f->e, bn);
+    uint32_t j = SLOT(f->near) & (TW__SUBS - 1), k = (j + 1) & (TW__SUBS - 1);
+    struct tw__link *from = tw__link_at(f->e, tw__sent(bn, j));
+    struct tw__link *to = tw__link_at(f->e, tw__sent(bn, k));
+    struct tw__link *en = &entry_of(f, f->near)->link;
+    assert_true(from->next == r && from->prev == r && to->next == tw__sent(bn, k));
+    from->next = from->prev = tw__sent(bn, j);
+    to->next = to->prev = r;
+    en->next = en->prev = tw__sent(bn, k);
+    b->mask = 1u << k;
+    assert_caught(f->t, "is in list");
+    to->next = to->prev = tw__sent(bn, k);
+    from->next = from->prev = r;
+    en->next = en->prev = tw__sent(bn, j);
+    b->mask = 1u << j;
+    assert_check(f->t);
+}
+
 static void test_generation_disagrees(void **state)
 {
     struct fixture *f = *state;
@@ -339,6 +377,8 @@ int main(void)
         T(test_bucket_queued_but_empty),
         T(test_expiration_does_not_map),
         T(test_expiration_behind_clock),
+        T(test_expiration_beyond_span),
+        T(test_wrong_list),
         T(test_generation_disagrees),
         T(test_free_list_broken),
         T(test_key_names_dead_task),
