@@ -121,7 +121,9 @@ TW_API bool tw_op_force_complete(tw_op *op);
 /* Tries to complete op; if it cannot, watches it under every key, tries
  * once more (closing the race with an event between the two), and if it
  * is still not complete schedules its timeout. Returns 1 if op completed
- * here, 0 if it is now watched and delayed, -EINVAL (NULL p or op, a key
+ * here, 0 if it is now watched and delayed (or was completed meanwhile by
+ * another thread: as Kafka's tryCompleteElseWatch, 1 only when this call
+ * completed it; tw_op_is_completed tells), -EINVAL (NULL p or op, a key
  * with NULL data or length 0, an op already submitted or of another
  * purgatory), -ENOMEM (op is then neither watched nor delayed),
  * -ESHUTDOWN (timer stopped). */
