@@ -76,9 +76,10 @@ static uint64_t thr_clock(void *ctx)
     return atomic_load(&thr_now);
 }
 
-/* Only the test thread allocates: a threaded timer's driver and workers
- * never do (tw_schedule reserves what a firing needs), so the counting
- * allocator needs no lock. TSan checks that claim on this test. */
+/* The counting allocator has no lock. It needs none: a threaded timer's
+ * driver never allocates (tw_schedule reserves what a firing needs), and
+ * it frees (a fired task's long key) only in the final tw_wake, while the
+ * test thread waits for it. TSan checks that claim on this test. */
 static long run(long fail_at, int threaded, long *allocs)
 {
     struct count_alloc a = { 0 };
