@@ -711,15 +711,17 @@ void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
     if (x->state == TW__X_RESCHED) {
         next = x->resched;
     } else if (x->flags == TW_FIXED_RATE) {
-        /* Missed periods are skipped, not fired in a burst. */
+        /* Missed periods are skipped, not fired in a burst: the next
+         * deadline is the first prev + k * period strictly after now. One
+         * equal to now would be due at once and fire again in the next
+         * advance to the same time, a second firing for one instant. */
         uint64_t prev = en->deadline;
         next = sat_add(prev, x->period);
-        if (next < now) {
+        if (next <= now) {
+            /* k >= 1 periods fit in (prev, now]; take the one after them */
             uint64_t k = (now - prev) / x->period;
-            next = k > (UINT64_MAX - prev) / x->period ? UINT64_MAX
-                                                        : prev + k * x->period;
-            if (next < now)
-                next = sat_add(next, x->period);
+            next = k >= (UINT64_MAX - prev) / x->period ? UINT64_MAX
+                                                         : prev + (k + 1) * x->period;
         }
     } else {
         next = sat_add(now, x->period);

@@ -328,7 +328,18 @@ static void test_periodic_fixed_rate(void **state)
     assert_int_equal(tw_next_deadline(t, &d), 0);
     assert_int_equal(d, 70 * MS);
     assert_int_equal(tw_advance(t, 70 * MS), 1);
-    assert_int_equal(r.n, 4);
+    /* late by exactly one period, then by two (80 missed, 90 on the grid):
+     * one firing each time, and the next deadline lies after now, so a
+     * second advance to the same time fires nothing more */
+    assert_int_equal(tw_advance(t, 90 * MS), 1);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 100 * MS);
+    assert_int_equal(tw_advance(t, 90 * MS), 0);
+    assert_int_equal(tw_advance(t, 120 * MS), 1);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 130 * MS);
+    assert_int_equal(tw_advance(t, 120 * MS), 0);
+    assert_int_equal(r.n, 6);
     for (int k = 0; k < r.n; k++)
         assert_int_equal(r.ids[k], id); /* the same id every time */
     assert_int_equal(tw_cancel(t, id), 0);
