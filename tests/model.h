@@ -10,9 +10,20 @@
  *     nondecreasing tick order within that advance;
  *   - after an advance, no pending task's tick is at or before the target
  *     (so nothing is late beyond the rounding to the tick);
+ *   - a periodic task stays pending when it fires and comes back at the
+ *     deadline its flag gives (the first point of its fixed-rate grid
+ *     after now, or now + period), or where its own callback rescheduled
+ *     it; cancelled or drained from its own callback, it does not;
  *   - cancel, reschedule and the keyed calls return exactly what the model
- *     says they must; tw_pending agrees; tw_next_deadline is never later
- *     than the earliest pending task; tw_check holds after every step.
+ *     says they must; tw_pending and every counter of tw_stats agree;
+ *     tw_next_deadline is never later than the earliest pending task;
+ *     tw_check holds after every step;
+ *   - with max_pending set, a schedule past it returns -EAGAIN;
+ *   - allocation failure (the input arms the timer's allocator to fail
+ *     once, at its Nth allocation from then): a call that returns -ENOMEM
+ *     must have met that failure and changed nothing (the model applies
+ *     nothing and every later check holds it to that), and tw_advance
+ *     allocates nothing outside the callbacks it runs.
  * Any disagreement prints the step and aborts. */
 #ifndef TW_TEST_MODEL_H
 #define TW_TEST_MODEL_H
@@ -36,7 +47,12 @@ struct mtask {
     struct model *m;
     tw_id id;
     uint64_t tick;       /* the tick at which it must fire */
+    uint64_t deadline;   /* its deadline in ns (a fixed rate's grid) */
     uint64_t born;       /* advance sequence number when (re)scheduled */
+    uint64_t period;     /* 0: not periodic */
+    uint64_t resched;    /* set by its own callback: the next deadline */
+    int flags;           /* TW_FIXED_RATE or TW_FIXED_DELAY */
+    int has_resched;
     int state;
     int key;             /* -1 = unkeyed */
 };
@@ -52,8 +68,19 @@ struct model {
     uint64_t tick, wheel, now, target;
     uint64_t seq;         /* advance counter */
     int in_advance;
+    int in_callback;
+    struct mtask *running; /* the task whose callback runs */
     uint64_t last_tick;   /* tick of the last firing in this advance */
     int ntasks, npending;
+    uint64_t max_pending;
+    /* what tw_stats must say */
+    uint64_t n_scheduled, n_fired, n_cancelled, n_drained, n_rejected;
+    uint64_t late_max;    /* the latest firing, in ns past its deadline */
+    uint64_t live_bytes;  /* what the timer holds from its allocator */
+    /* the allocator: fail_in > 0 fails the fail_in-th allocation from now;
+     * fail_steps > 0 fails every allocation for that many more steps */
+    unsigned fail_in, fail_steps;
+    unsigned long failures;
     int key_owner[MODEL_KEYS];
     struct msrc *src;
     long step;
@@ -112,6 +139,64 @@ static inline uint64_t model_clock(void *ctx)
     return *(uint64_t *)ctx;
 }
 
+/* The allocator keeps each block's size in front of it, so that the
+ * model knows what the timer holds (tw_stats.memory_bytes must say the
+ * same, and nothing may be left after tw_destroy). */
+#define MODEL_HDR 16
+
+static void *model_alloc(void *ctx, size_t size)
+{
+    struct model *m = ctx;
+    if (m->in_advance && !m->in_callback)
+        MODEL_FAIL(m, "tw_advance allocated %zu bytes outside a callback", size);
+    if (m->fail_steps || (m->fail_in && --m->fail_in == 0)) {
+        m->failures++;
+        return NULL;
+    }
+    char *p = malloc(size + MODEL_HDR);
+    if (!p)
+        abort();
+    memcpy(p, &size, sizeof size);
+    m->live_bytes += size;
+    return p + MODEL_HDR;
+}
+
+static void model_free(void *ctx, void *p)
+{
+    struct model *m = ctx;
+    size_t size;
+    memcpy(&size, (char *)p - MODEL_HDR, sizeof size);
+    m->live_bytes -= size;
+    free((char *)p - MODEL_HDR);
+}
+
+/* The result of a call that may fail for memory: 1 if it failed so (it
+ * must have met the injected failure), 0 if it succeeded; anything else
+ * aborts. The model applies the call only when this returns 0. */
+static inline int m_result(struct model *m, const char *what, int rc,
+                           unsigned long failures_before)
+{
+    if (rc == -ENOMEM) {
+        if (m->failures == failures_before)
+            MODEL_FAIL(m, "%s returned -ENOMEM with no allocation failing", what);
+        return 1;
+    }
+    if (rc)
+        MODEL_FAIL(m, "%s returned %d", what, rc);
+    return 0;
+}
+
+/* Whether a new task may be admitted under max_pending; counts the
+ * refusal the timer must count. */
+static inline int m_admits(struct model *m)
+{
+    if (m->max_pending && (uint64_t)m->npending >= m->max_pending) {
+        m->n_rejected++;
+        return 0;
+    }
+    return 1;
+}
+
 /* The tick an advance to `now` reaches; the end of time reaches all. */
 static inline uint64_t m_target(const struct model *m, uint64_t now)
 {
@@ -142,18 +227,71 @@ static inline uint64_t m_delay(struct model *m)
     }
 }
 
+/* A period across the scales, from under one tick to past 2^63 ns. */
+static inline uint64_t m_period(struct model *m)
+{
+    uint8_t kind = msrc_u8(m->src) % 4;
+    uint64_t r = msrc_u64(m->src);
+    switch (kind) {
+    case 0: return 1 + r % m->tick;
+    case 1: return 1 + r % (m->tick * m->wheel * 2);
+    case 2: return 1 + r % (m->tick * m->wheel * m->wheel * m->wheel);
+    default: return r ? r : 1;
+    }
+}
+
 static void m_fire(tw_timer *t, tw_id id, void *arg);
 
-
+/* A record for a new task: a fresh one, or once all are used, one whose
+ * task has fired or been cancelled (its stale id was checked while it
+ * lasted; the timer never calls back with it again), other than the one
+ * whose callback is running. NULL: none free. */
 static inline struct mtask *m_new(struct model *m)
 {
-    if (m->ntasks == MODEL_MAX_TASKS)
-        return NULL;
-    struct mtask *k = &m->tasks[m->ntasks++];
+    struct mtask *k = NULL;
+    if (m->ntasks < MODEL_MAX_TASKS) {
+        k = &m->tasks[m->ntasks++];
+    } else {
+        uint32_t at = ((uint32_t)msrc_u8(m->src) << 8 | msrc_u8(m->src)) % MODEL_MAX_TASKS;
+        for (int n = 0; n < 64 && !k; n++, at = (at + 1) % MODEL_MAX_TASKS)
+            if (m->tasks[at].state != M_PENDING && &m->tasks[at] != m->running)
+                k = &m->tasks[at];
+        if (!k)
+            return NULL;
+    }
     memset(k, 0, sizeof(*k));
     k->m = m;
     k->key = -1;
-    return k;
+    return k; /* M_FREE until added */
+}
+
+/* Whether a call that adds a task was answered as it must be: -EAGAIN
+ * exactly when max_pending is reached, else 0, or -ENOMEM after an
+ * injected failure. Returns 1 when the task was added. */
+static inline int m_added(struct model *m, struct mtask *k, const char *what,
+                          int rc, unsigned long failures_before, int admitted)
+{
+    if (!admitted) {
+        if (rc != -EAGAIN)
+            MODEL_FAIL(m, "%s past max_pending returned %d", what, rc);
+        return 0; /* k stays M_FREE */
+    }
+    if (m_result(m, what, rc, failures_before))
+        return 0;
+    if (k->id == 0)
+        MODEL_FAIL(m, "%s gave id 0", what);
+    return 1;
+}
+
+/* Task k was just added to the timer, due at `deadline`. */
+static inline void m_pending(struct model *m, struct mtask *k, uint64_t deadline)
+{
+    k->deadline = deadline;
+    k->tick = m_due_tick(m, deadline);
+    k->state = M_PENDING;
+    k->born = m->seq;
+    m->npending++;
+    m->n_scheduled++;
 }
 
 static inline void m_schedule(struct model *m, int absolute)
@@ -162,6 +300,7 @@ static inline void m_schedule(struct model *m, int absolute)
     if (!k)
         return;
     uint64_t deadline, v = m_delay(m);
+    unsigned long f = m->failures;
     int rc;
     if (absolute) {
         /* around now: past and future deadlines alike */
@@ -171,14 +310,24 @@ static inline void m_schedule(struct model *m, int absolute)
         deadline = m_sat_add(m->now, v);
         rc = tw_schedule(m->t, v, m_fire, k, &k->id);
     }
-    if (rc)
-        MODEL_FAIL(m, "schedule returned %d", rc);
-    if (k->id == 0)
-        MODEL_FAIL(m, "schedule gave id 0");
-    k->tick = m_due_tick(m, deadline);
-    k->state = M_PENDING;
-    k->born = m->seq;
-    m->npending++;
+    if (m_added(m, k, "schedule", rc, f, m_admits(m)))
+        m_pending(m, k, deadline);
+}
+
+static inline void m_schedule_every(struct model *m)
+{
+    struct mtask *k = m_new(m);
+    if (!k)
+        return;
+    uint64_t v = m_delay(m), period = m_period(m);
+    int flags = (msrc_u8(m->src) & 1) ? TW_FIXED_RATE : TW_FIXED_DELAY;
+    unsigned long f = m->failures;
+    int rc = tw_schedule_every(m->t, v, period, flags, m_fire, k, &k->id);
+    if (m_added(m, k, "schedule_every", rc, f, m_admits(m))) {
+        k->period = period;
+        k->flags = flags;
+        m_pending(m, k, m_sat_add(m->now, v));
+    }
 }
 
 static inline void m_schedule_keyed(struct model *m)
@@ -190,20 +339,21 @@ static inline void m_schedule_keyed(struct model *m)
     char name[24];
     int len = snprintf(name, sizeof name, "key-%d", key);
     uint64_t v = m_delay(m);
+    unsigned long f = m->failures;
     int rc = tw_schedule_keyed(m->t, name, (size_t)len, v, m_fire, k, &k->id);
-    if (rc)
-        MODEL_FAIL(m, "schedule_keyed returned %d", rc);
     int old = m->key_owner[key];
-    if (old >= 0 && m->tasks[old].state == M_PENDING) {
+    int replaces = old >= 0 && m->tasks[old].state == M_PENDING;
+    /* a replacement takes its old task's place: no admission needed */
+    if (!m_added(m, k, "schedule_keyed", rc, f, replaces || m_admits(m)))
+        return; /* the old task stays pending */
+    if (replaces) {
         m->tasks[old].state = M_CANCELLED;
         m->npending--;
+        m->n_cancelled++;
     }
-    k->tick = m_due_tick(m, m_sat_add(m->now, v));
-    k->state = M_PENDING;
-    k->born = m->seq;
+    m_pending(m, k, m_sat_add(m->now, v));
     k->key = key;
     m->key_owner[key] = (int)(k - m->tasks);
-    m->npending++;
 }
 
 static inline struct mtask *m_pick(struct model *m)
@@ -231,6 +381,7 @@ static inline void m_cancel(struct model *m)
     if (!rc) {
         k->state = M_CANCELLED;
         m->npending--;
+        m->n_cancelled++;
         m_drop_key(m, k);
     }
 }
@@ -248,6 +399,7 @@ static inline void m_cancel_keyed(struct model *m)
     if (!rc) {
         m->tasks[owner].state = M_CANCELLED;
         m->npending--;
+        m->n_cancelled++;
         m->key_owner[key] = -1;
     }
 }
@@ -257,14 +409,50 @@ static inline void m_reschedule(struct model *m)
     struct mtask *k = m_pick(m);
     if (!k)
         return;
-    uint64_t v = m_delay(m);
-    int rc = tw_reschedule(m->t, k->id, v), want = k->state == M_PENDING ? 0 : -ENOENT;
-    if (rc != want)
-        MODEL_FAIL(m, "reschedule returned %d, want %d", rc, want);
-    if (!rc) {
-        k->tick = m_due_tick(m, m_sat_add(m->now, v));
-        k->born = m->seq; /* moved back into the wheel */
+    uint64_t v = m_delay(m), d = m_sat_add(m->now, v);
+    unsigned long f = m->failures;
+    int rc = tw_reschedule(m->t, k->id, v);
+    if (k->state != M_PENDING) {
+        if (rc != -ENOENT)
+            MODEL_FAIL(m, "reschedule of task %ld (state %d) returned %d",
+                       (long)(k - m->tasks), k->state, rc);
+        return;
     }
+    if (m_result(m, "reschedule", rc, f))
+        return; /* the task keeps its deadline (and its period) */
+    if (k == m->running) { /* from its own callback: sets the next firing */
+        k->has_resched = 1;
+        k->resched = d;
+        return;
+    }
+    k->deadline = d; /* a fixed rate's grid starts again from here */
+    k->tick = m_due_tick(m, d);
+    k->born = m->seq; /* moved back into the wheel */
+}
+
+static void m_drain_each(tw_timer *t, tw_id id, void *arg)
+{
+    struct mtask *k = arg;
+    struct model *m = k->m;
+    if (tw_drain_arg(t) != m)
+        MODEL_FAIL(m, "tw_drain_arg is not the drain's arg");
+    if (k->id != id || k->state != M_PENDING)
+        MODEL_FAIL(m, "drain handed back a task that is not pending");
+    k->state = M_CANCELLED;
+    m->npending--;
+    m_drop_key(m, k);
+}
+
+/* Drains everything: each pending task once, the running periodic task
+ * included (it does not come back). */
+static inline void m_drain(struct model *m)
+{
+    size_t want = (size_t)m->npending, got = tw_drain(m->t, m_drain_each, m);
+    if (got != want)
+        MODEL_FAIL(m, "drain handed back %zu tasks, want %zu", got, want);
+    if (m->npending != 0)
+        MODEL_FAIL(m, "%d tasks pending after a drain", m->npending);
+    m->n_drained += got;
 }
 
 /* What a callback may do: anything but advance. */
@@ -277,8 +465,38 @@ static inline void m_callback_ops(struct model *m)
     case 2: m_reschedule(m); break;
     case 3: m_schedule_keyed(m); break;
     case 4: m_cancel_keyed(m); break;
+    case 5: m_schedule_every(m); break;
+    case 6:
+        if (op < 32) /* rare */
+            m_drain(m);
+        break;
     default: break;
     }
+}
+
+/* Periodic task k's callback has returned, and k is still pending: where
+ * it must come back. Written from the header's contract, not from the
+ * timer's arithmetic. */
+static inline void m_rearm(struct model *m, struct mtask *k)
+{
+    uint64_t next;
+    if (k->has_resched) {
+        next = k->resched;
+    } else if (k->flags == TW_FIXED_DELAY) {
+        next = m_sat_add(m->now, k->period);
+    } else {
+        /* the first deadline + j * period (j >= 1) after now */
+        if (k->deadline > m->now)
+            MODEL_FAIL(m, "periodic task %ld fired before its deadline",
+                       (long)(k - m->tasks));
+        unsigned __int128 j = (m->now - k->deadline) / k->period + 1;
+        unsigned __int128 n = (unsigned __int128)k->deadline + j * k->period;
+        next = n > UINT64_MAX ? UINT64_MAX : (uint64_t)n;
+    }
+    k->has_resched = 0;
+    k->deadline = next;
+    k->tick = m_due_tick(m, next);
+    k->born = m->seq; /* back in the wheel: not again in this advance */
 }
 
 static void m_fire(tw_timer *t, tw_id id, void *arg)
@@ -287,6 +505,8 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
     struct model *m = k->m;
     if (!m->in_advance)
         MODEL_FAIL(m, "callback outside tw_advance");
+    if (m->in_callback)
+        MODEL_FAIL(m, "callback inside a callback");
     if (k->id != id)
         MODEL_FAIL(m, "callback id mismatch");
     if (k->state != M_PENDING)
@@ -303,13 +523,48 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
                    (long)(k - m->tasks), (unsigned long long)k->tick,
                    (unsigned long long)m->last_tick);
     m->last_tick = k->tick;
-    k->state = M_FIRED;
-    m->npending--;
-    m_drop_key(m, k);
+    m->n_fired++;
+    if (m->now - k->deadline > m->late_max) /* deadline <= now: not early */
+        m->late_max = m->now - k->deadline;
+    m->running = k;
+    if (!k->period) { /* a periodic task stays pending until cancelled */
+        k->state = M_FIRED;
+        m->npending--;
+        m_drop_key(m, k);
+    }
+    m->in_callback = 1;
     if (tw_advance(t, m->now) != -EDEADLK)
         MODEL_FAIL(m, "tw_advance from a callback did not say EDEADLK");
     if (msrc_has(m->src) && msrc_u8(m->src) < 64)
         m_callback_ops(m);
+    m->in_callback = 0;
+    m->running = NULL;
+    if (k->period && k->state == M_PENDING) /* not cancelled or drained */
+        m_rearm(m, k);
+}
+
+/* Runs tw_advance(to) and checks that it fired everything due. */
+static inline void m_advance_to(struct model *m, uint64_t to)
+{
+    if (to > m->now)
+        m->now = to;
+    m->target = m_target(m, m->now);
+    m->seq++;
+    m->in_advance = 1;
+    m->last_tick = 0;
+    int rc = tw_advance(m->t, to);
+    m->in_advance = 0;
+    if (rc < 0)
+        MODEL_FAIL(m, "advance returned %d", rc);
+    if (tw_now(m->t) != m->now)
+        MODEL_FAIL(m, "tw_now %llu, model %llu", (unsigned long long)tw_now(m->t),
+                   (unsigned long long)m->now);
+    for (int i = 0; i < m->ntasks; i++) {
+        struct mtask *k = &m->tasks[i];
+        if (k->state == M_PENDING && k->tick <= m->target && k->born != m->seq)
+            MODEL_FAIL(m, "task %d due at tick %llu still pending at %llu", i,
+                       (unsigned long long)k->tick, (unsigned long long)m->target);
+    }
 }
 
 static inline void m_advance(struct model *m)
@@ -330,39 +585,7 @@ static inline void m_advance(struct model *m)
     case 6: to = m_sat_add(m->now, r % (1ull << 52)); break;
     default: to = m_sat_add(m->now, r); break;
     }
-    if (to > m->now)
-        m->now = to;
-    m->target = m_target(m, m->now);
-    m->seq++;
-    m->in_advance = 1;
-    m->last_tick = 0;
-    int pending_before = m->npending;
-    int rc = tw_advance(m->t, to);
-    m->in_advance = 0;
-    if (rc < 0)
-        MODEL_FAIL(m, "advance returned %d", rc);
-    (void)pending_before;
-    if (tw_now(m->t) != m->now)
-        MODEL_FAIL(m, "tw_now %llu, model %llu", (unsigned long long)tw_now(m->t),
-                   (unsigned long long)m->now);
-    for (int i = 0; i < m->ntasks; i++) {
-        struct mtask *k = &m->tasks[i];
-        if (k->state == M_PENDING && k->tick <= m->target && k->born != m->seq)
-            MODEL_FAIL(m, "task %d due at tick %llu still pending at %llu", i,
-                       (unsigned long long)k->tick, (unsigned long long)m->target);
-    }
-}
-
-static void m_drain_each(tw_timer *t, tw_id id, void *arg)
-{
-    struct mtask *k = arg;
-    struct model *m = k->m;
-    (void)t;
-    if (k->id != id || k->state != M_PENDING)
-        MODEL_FAIL(m, "drain handed back a task that is not pending");
-    k->state = M_CANCELLED;
-    m->npending--;
-    m_drop_key(m, k);
+    m_advance_to(m, to);
 }
 
 static inline void m_verify(struct model *m)
@@ -371,6 +594,23 @@ static inline void m_verify(struct model *m)
         MODEL_FAIL(m, "tw_check failed");
     if ((int)tw_pending(m->t) != m->npending)
         MODEL_FAIL(m, "tw_pending %zu, model %d", tw_pending(m->t), m->npending);
+    struct tw_stats st;
+    tw_stats(m->t, &st);
+    if (st.pending != (uint64_t)m->npending || st.scheduled != m->n_scheduled ||
+        st.fired != m->n_fired || st.cancelled != m->n_cancelled ||
+        st.drained != m->n_drained || st.rejected != m->n_rejected ||
+        st.late_max_ns != m->late_max || st.memory_bytes != m->live_bytes)
+        MODEL_FAIL(m, "tw_stats pending/scheduled/fired/cancelled/drained/rejected/"
+                   "late_max/memory %llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu, model "
+                   "%d/%llu/%llu/%llu/%llu/%llu/%llu/%llu",
+                   (unsigned long long)st.pending, (unsigned long long)st.scheduled,
+                   (unsigned long long)st.fired, (unsigned long long)st.cancelled,
+                   (unsigned long long)st.drained, (unsigned long long)st.rejected,
+                   (unsigned long long)st.late_max_ns, (unsigned long long)st.memory_bytes,
+                   m->npending, (unsigned long long)m->n_scheduled,
+                   (unsigned long long)m->n_fired, (unsigned long long)m->n_cancelled,
+                   (unsigned long long)m->n_drained, (unsigned long long)m->n_rejected,
+                   (unsigned long long)m->late_max, (unsigned long long)m->live_bytes);
     uint64_t d, earliest = UINT64_MAX;
     for (int i = 0; i < m->ntasks; i++)
         if (m->tasks[i].state == M_PENDING && m->tasks[i].tick < earliest)
@@ -402,12 +642,21 @@ static inline long model_run(struct msrc *src, long max_steps)
     uint64_t start = (g >> 4) & 1 ? msrc_u64(src) : 0;
     if ((g >> 5) & 1)
         start = UINT64_MAX - (start % (1ull << 40));
+    if ((g >> 6) & 1)
+        m->max_pending = 1 + msrc_u8(src) % 64;
+    /* allocations failing from the first step (after tw_create), while
+     * levels and the pool are still being made */
+    unsigned fail_first = (g >> 7) & 1 ? 1 + msrc_u8(src) % 64 : 0;
     for (int k = 0; k < MODEL_KEYS; k++)
         m->key_owner[k] = -1;
     struct tw_options o;
     tw_options_init(&o);
     o.tick_ns = m->tick;
     o.wheel_size = (uint32_t)m->wheel;
+    o.max_pending = m->max_pending;
+    o.allocator.alloc = model_alloc;
+    o.allocator.free = model_free;
+    o.allocator.ctx = m;
     m->now = start;
     /* manual mode reads its clock once, at creation */
     m->clock_value = start;
@@ -415,10 +664,12 @@ static inline long model_run(struct msrc *src, long max_steps)
     o.clock_ctx = &m->clock_value;
     if (tw_create(&m->t, &o) != 0)
         abort();
+    m->fail_steps = fail_first;
     long steps = 0;
     while (steps < max_steps && msrc_has(src)) {
         m->step = steps++;
         uint8_t op = msrc_u8(src);
+        unsigned failing = m->fail_steps; /* counted from the next step */
         switch (op % 16) {
         case 0: case 1: case 2: case 3: m_schedule(m, 0); break;
         case 4: m_schedule(m, 1); break;
@@ -426,36 +677,50 @@ static inline long model_run(struct msrc *src, long max_steps)
         case 7: m_reschedule(m); break;
         case 8: m_schedule_keyed(m); break;
         case 9: m_cancel_keyed(m); break;
-        case 10: case 11: case 12: m_advance(m); break;
+        case 12: m_schedule_every(m); break;
         case 13:
-            if (op == 13 && msrc_u8(src) < 8) { /* rare: drain everything */
-                size_t want = (size_t)m->npending;
-                if (tw_drain(m->t, m_drain_each, NULL) != want)
-                    MODEL_FAIL(m, "drain count");
-                for (int k = 0; k < MODEL_KEYS; k++)
-                    m->key_owner[k] = -1;
+            if (op >> 4 == 0) {
+                if (msrc_u8(src) < 8) /* rare: drain everything */
+                    m_drain(m);
+            } else if (op >> 4 < 4) {
+                /* one allocation fails: the Nth from now, whichever call
+                 * (or callback) makes it */
+                m->fail_in = 1 + msrc_u8(src) % 8;
+            } else if (op >> 4 < 6) {
+                /* every allocation fails for a few steps: the pool's
+                 * growth and new levels too, not only keys and records */
+                m->fail_steps = 1 + msrc_u8(src) % 16;
+            } else {
+                m_advance(m);
             }
             break;
         default: m_advance(m); break;
         }
+        if (failing)
+            m->fail_steps--;
         m_verify(m);
     }
     /* the end: everything still pending fires when time runs out */
     m->step = steps;
-    m->now = UINT64_MAX;
-    m->target = m_target(m, UINT64_MAX);
-    m->seq++;
-    m->in_advance = 1;
-    m->last_tick = 0;
+    m->fail_in = m->fail_steps = 0;
     m->src->n = 0;
     m->src->rng = 0; /* callbacks do nothing more */
-    if (tw_advance(m->t, UINT64_MAX) < 0)
-        MODEL_FAIL(m, "final advance failed");
-    m->in_advance = 0;
-    if (m->npending != 0 || tw_pending(m->t) != 0)
-        MODEL_FAIL(m, "%d tasks left after the end of time", m->npending);
+    m_advance_to(m, UINT64_MAX);
+    /* ... and periodic tasks come back, at the end of time: drain them */
+    for (int i = 0; i < m->ntasks; i++) {
+        struct mtask *k = &m->tasks[i];
+        if (k->state == M_PENDING && (!k->period || k->born != m->seq))
+            MODEL_FAIL(m, "task %d left unfired after the end of time", i);
+    }
+    m_drain(m);
+    if (tw_pending(m->t) != 0)
+        MODEL_FAIL(m, "%zu tasks left after the end of time", tw_pending(m->t));
     m_verify(m);
     tw_destroy(m->t);
+    m->t = NULL;
+    if (m->live_bytes != 0)
+        MODEL_FAIL(m, "%llu bytes left allocated after tw_destroy",
+                   (unsigned long long)m->live_bytes);
     free(m);
     return steps;
 }
