@@ -37,6 +37,7 @@
 #include "twheel.h"
 
 #define MODEL_MAX_TASKS 2048
+#define MODEL_LATE (1u << 16) /* lateness samples kept for the percentiles */
 #define MODEL_KEYS 8
 
 enum { M_FREE = 0, M_PENDING, M_FIRED, M_CANCELLED };
@@ -75,7 +76,11 @@ struct model {
     uint64_t max_pending;
     /* what tw_stats must say */
     uint64_t n_scheduled, n_fired, n_cancelled, n_drained, n_rejected;
+    uint64_t n_advances;  /* tw_advance calls made (not from callbacks) */
     uint64_t late_max;    /* the latest firing, in ns past its deadline */
+    uint64_t *late;       /* every firing's lateness, up to MODEL_LATE */
+    size_t nlate;
+    uint64_t fired_now;   /* callbacks run in the current advance */
     uint64_t live_bytes;  /* what the timer holds from its allocator */
     /* the allocator: fail_in > 0 fails the fail_in-th allocation from now;
      * fail_steps > 0 fails every allocation for that many more steps */
@@ -526,6 +531,10 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
     m->n_fired++;
     if (m->now - k->deadline > m->late_max) /* deadline <= now: not early */
         m->late_max = m->now - k->deadline;
+    if (m->nlate < MODEL_LATE)
+        m->late[m->nlate] = m->now - k->deadline;
+    m->nlate++;
+    m->fired_now++;
     m->running = k;
     if (!k->period) { /* a periodic task stays pending until cancelled */
         k->state = M_FIRED;
@@ -552,10 +561,15 @@ static inline void m_advance_to(struct model *m, uint64_t to)
     m->seq++;
     m->in_advance = 1;
     m->last_tick = 0;
+    m->fired_now = 0;
+    m->n_advances++;
     int rc = tw_advance(m->t, to);
     m->in_advance = 0;
     if (rc < 0)
         MODEL_FAIL(m, "advance returned %d", rc);
+    if ((uint64_t)rc != m->fired_now)
+        MODEL_FAIL(m, "advance returned %d, and ran %llu callbacks", rc,
+                   (unsigned long long)m->fired_now);
     if (tw_now(m->t) != m->now)
         MODEL_FAIL(m, "tw_now %llu, model %llu", (unsigned long long)tw_now(m->t),
                    (unsigned long long)m->now);
@@ -599,18 +613,20 @@ static inline void m_verify(struct model *m)
     if (st.pending != (uint64_t)m->npending || st.scheduled != m->n_scheduled ||
         st.fired != m->n_fired || st.cancelled != m->n_cancelled ||
         st.drained != m->n_drained || st.rejected != m->n_rejected ||
-        st.late_max_ns != m->late_max || st.memory_bytes != m->live_bytes)
+        st.late_max_ns != m->late_max || st.memory_bytes != m->live_bytes ||
+        st.advances != m->n_advances)
         MODEL_FAIL(m, "tw_stats pending/scheduled/fired/cancelled/drained/rejected/"
-                   "late_max/memory %llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu, model "
-                   "%d/%llu/%llu/%llu/%llu/%llu/%llu/%llu",
+                   "late_max/memory/advances %llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu, "
+                   "model %d/%llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu",
                    (unsigned long long)st.pending, (unsigned long long)st.scheduled,
                    (unsigned long long)st.fired, (unsigned long long)st.cancelled,
                    (unsigned long long)st.drained, (unsigned long long)st.rejected,
                    (unsigned long long)st.late_max_ns, (unsigned long long)st.memory_bytes,
-                   m->npending, (unsigned long long)m->n_scheduled,
+                   (unsigned long long)st.advances, m->npending, (unsigned long long)m->n_scheduled,
                    (unsigned long long)m->n_fired, (unsigned long long)m->n_cancelled,
                    (unsigned long long)m->n_drained, (unsigned long long)m->n_rejected,
-                   (unsigned long long)m->late_max, (unsigned long long)m->live_bytes);
+                   (unsigned long long)m->late_max, (unsigned long long)m->live_bytes,
+                   (unsigned long long)m->n_advances);
     uint64_t d, earliest = UINT64_MAX;
     for (int i = 0; i < m->ntasks; i++)
         if (m->tasks[i].state == M_PENDING && m->tasks[i].tick < earliest)
@@ -627,13 +643,45 @@ static inline void m_verify(struct model *m)
     }
 }
 
+static int m_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* tw_stats' lateness percentiles, from every sample the model kept (when
+ * it kept them all): the upper bound of the power-of-two bucket that holds
+ * the sample at rank floor(q * n), no more than the maximum. */
+static inline void m_verify_percentiles(struct model *m)
+{
+    if (!m->nlate || m->nlate > MODEL_LATE)
+        return;
+    struct tw_stats st;
+    tw_stats(m->t, &st);
+    qsort(m->late, m->nlate, sizeof(*m->late), m_cmp_u64);
+    static const double q[2] = { 0.50, 0.99 };
+    for (int i = 0; i < 2; i++) {
+        size_t r = (size_t)(q[i] * (double)m->nlate);
+        uint64_t x = m->late[r < m->nlate ? r : m->nlate - 1], want;
+        int bits = x ? 64 - __builtin_clzll(x) : 0;
+        want = bits == 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1;
+        if (want > m->late_max)
+            want = m->late_max;
+        uint64_t got = i ? st.late_p99_ns : st.late_p50_ns;
+        if (got != want)
+            MODEL_FAIL(m, "late_p%d_ns %llu, want %llu (sample %llu of %zu)",
+                       i ? 99 : 50, (unsigned long long)got,
+                       (unsigned long long)want, (unsigned long long)x, m->nlate);
+    }
+}
+
 /* Runs the model over a byte stream. Returns the number of steps. */
 static inline long model_run(struct msrc *src, long max_steps)
 {
     static const uint64_t ticks[] = { 1, 3, 1000, 1000000 };
     static const uint32_t wheels[] = { 2, 4, 8, 64 };
     struct model *m = calloc(1, sizeof(*m));
-    if (!m)
+    if (!m || !(m->late = malloc(MODEL_LATE * sizeof(*m->late))))
         abort();
     m->src = src;
     uint8_t g = msrc_u8(src);
@@ -716,11 +764,13 @@ static inline long model_run(struct msrc *src, long max_steps)
     if (tw_pending(m->t) != 0)
         MODEL_FAIL(m, "%zu tasks left after the end of time", tw_pending(m->t));
     m_verify(m);
+    m_verify_percentiles(m);
     tw_destroy(m->t);
     m->t = NULL;
     if (m->live_bytes != 0)
         MODEL_FAIL(m, "%llu bytes left allocated after tw_destroy",
                    (unsigned long long)m->live_bytes);
+    free(m->late);
     free(m);
     return steps;
 }
