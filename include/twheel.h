@@ -15,7 +15,12 @@
  *     for a caller that advances to tw_next_deadline();
  *   - tasks whose deadlines are a tick or more apart fire in deadline order;
  *     tasks due in the same tick fire in a deterministic order (not FIFO:
- *     see src/wheel.h on the lists of a bucket);
+ *     see src/wheel.h on the lists of a bucket). Threaded, this holds
+ *     within a shard when callbacks run on the driver (workers = 0): a
+ *     driver pass fires one shard's due tasks, then the next shard's, so
+ *     when a pass covers several ticks (the driver woke late, the clock
+ *     jumped) tasks of different shards may interleave out of order; with
+ *     workers, callbacks run concurrently and no order holds;
  *   - schedule and cancel are O(1) and allocate nothing once the entry pool
  *     is warm (keyed and periodic tasks also reuse pooled records);
  *   - ids are never reissued: a stale id is answered with -ENOENT and

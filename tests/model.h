@@ -1,5 +1,14 @@
-/* model.h: a reference model of a manual twheel timer, driven by a byte
- * stream (fuzzer input, or a seeded PRNG in test_model.c).
+/* model.h: a reference model of a twheel timer, driven by a byte stream
+ * (fuzzer input, or a seeded PRNG in test_model.c).
+ *
+ * The timer is a manual one, or (as the input chooses) a threaded one with
+ * 1 to 8 shards and callbacks on the driver, on the model's clock: the
+ * model moves that clock and calls tw_wake where it would call
+ * tw_advance. It schedules nothing due at the clock's current time, so the
+ * driver fires only inside tw_wake, and the checks below stay exact.
+ * Threaded callbacks do nothing but check (which of a driver batch's tasks
+ * a callback could still cancel is a race, not a rule), and the run ends
+ * with tw_stop.
  *
  * The model keeps every task it ever scheduled with the tick at which it
  * must fire: its deadline rounded up to the tick, or the current tick when
@@ -7,7 +16,8 @@
  * checks the engine against it, exactly:
  *   - a callback runs only for a pending task, once, in an advance whose
  *     target tick has reached the task's tick (never early), and in
- *     nondecreasing tick order within that advance;
+ *     nondecreasing tick order within that advance (threaded, within
+ *     each shard);
  *   - after an advance, no pending task's tick is at or before the target
  *     (so nothing is late beyond the rounding to the tick);
  *   - a periodic task stays pending when it fires and comes back at the
@@ -20,15 +30,17 @@
  *     tw_check holds after every step;
  *   - with max_pending set, a schedule past it returns -EAGAIN;
  *   - allocation failure (the input arms the timer's allocator to fail
- *     once, at its Nth allocation from then): a call that returns -ENOMEM
- *     must have met that failure and changed nothing (the model applies
- *     nothing and every later check holds it to that), and tw_advance
- *     allocates nothing outside the callbacks it runs.
+ *     once, at its Nth allocation from then, or at every allocation for
+ *     some steps): a call that returns -ENOMEM must have met that failure
+ *     and changed nothing (the model applies nothing and every later check
+ *     holds it to that); tw_advance allocates nothing outside the
+ *     callbacks it runs, and the driver thread allocates nothing.
  * Any disagreement prints the step and aborts. */
 #ifndef TW_TEST_MODEL_H
 #define TW_TEST_MODEL_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +78,10 @@ struct msrc {
 
 struct model {
     tw_timer *t;
+    int threaded;         /* a threaded timer, driven by tw_wake */
+    uint32_t nshards;     /* threaded: its shards */
+    int final;            /* the last advance, to the end of time */
+    pthread_t owner;      /* the thread running the model */
     uint64_t tick, wheel, now, target;
     uint64_t seq;         /* advance counter */
     int in_advance;
@@ -139,9 +155,12 @@ static inline uint64_t m_ceil_tick(const struct model *m, uint64_t ns)
     return ns / m->tick + (ns % m->tick != 0);
 }
 
+/* The timer's clock. Threaded, the driver reads it: the model stores it
+ * (release) after updating its own state, so a driver pass that sees the
+ * new time sees that state too. */
 static inline uint64_t model_clock(void *ctx)
 {
-    return *(uint64_t *)ctx;
+    return __atomic_load_n((uint64_t *)ctx, __ATOMIC_ACQUIRE);
 }
 
 /* The allocator keeps each block's size in front of it, so that the
@@ -154,6 +173,8 @@ static void *model_alloc(void *ctx, size_t size)
     struct model *m = ctx;
     if (m->in_advance && !m->in_callback)
         MODEL_FAIL(m, "tw_advance allocated %zu bytes outside a callback", size);
+    if (!pthread_equal(pthread_self(), m->owner))
+        MODEL_FAIL(m, "the driver allocated %zu bytes", size);
     if (m->fail_steps || (m->fail_in && --m->fail_in == 0)) {
         m->failures++;
         return NULL;
@@ -216,7 +237,7 @@ static inline uint64_t m_due_tick(const struct model *m, uint64_t deadline)
 }
 
 /* A delay across every scale the wheel has, including overflow. */
-static inline uint64_t m_delay(struct model *m)
+static inline uint64_t m_delay_any(struct model *m)
 {
     uint8_t kind = msrc_u8(m->src) % 8;
     uint64_t r = msrc_u64(m->src);
@@ -230,6 +251,17 @@ static inline uint64_t m_delay(struct model *m)
     case 6: return UINT64_MAX - (r % 4);
     default: return r;
     }
+}
+
+/* A delay for a new or moved task. Threaded, at least 1 ns: nothing the
+ * model schedules is due at the clock's current time, so the driver fires
+ * only in the model's tw_wake, never on a pass of its own (the model's
+ * clock moves only there, and stops short of the end of time until the
+ * last step). */
+static inline uint64_t m_delay(struct model *m)
+{
+    uint64_t v = m_delay_any(m);
+    return m->threaded && !v ? 1 : v;
 }
 
 /* A period across the scales, from under one tick to past 2^63 ns. */
@@ -310,6 +342,8 @@ static inline void m_schedule(struct model *m, int absolute)
     if (absolute) {
         /* around now: past and future deadlines alike */
         deadline = (msrc_u8(m->src) & 1) ? m_sat_add(m->now, v) : (m->now > v ? m->now - v : 0);
+        if (m->threaded && deadline <= m->now) /* see m_delay */
+            deadline = m->now + 1;
         rc = tw_schedule_at(m->t, deadline, m_fire, k, &k->id);
     } else {
         deadline = m_sat_add(m->now, v);
@@ -523,11 +557,16 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
         MODEL_FAIL(m, "task %ld fired early: tick %llu, target %llu",
                    (long)(k - m->tasks), (unsigned long long)k->tick,
                    (unsigned long long)m->target);
-    if (k->tick < m->last_tick)
+    /* Order holds within a shard: the driver fires one shard's due tasks,
+     * then the next's. The model's own thread schedules into one shard;
+     * a keyed task goes to its key's. */
+    int ordered = !m->threaded || m->nshards == 1 || k->key < 0;
+    if (ordered && k->tick < m->last_tick)
         MODEL_FAIL(m, "task %ld fired out of order: tick %llu after %llu",
                    (long)(k - m->tasks), (unsigned long long)k->tick,
                    (unsigned long long)m->last_tick);
-    m->last_tick = k->tick;
+    if (ordered)
+        m->last_tick = k->tick;
     m->n_fired++;
     if (m->now - k->deadline > m->late_max) /* deadline <= now: not early */
         m->late_max = m->now - k->deadline;
@@ -542,19 +581,32 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
         m_drop_key(m, k);
     }
     m->in_callback = 1;
-    if (tw_advance(t, m->now) != -EDEADLK)
-        MODEL_FAIL(m, "tw_advance from a callback did not say EDEADLK");
-    if (msrc_has(m->src) && msrc_u8(m->src) < 64)
-        m_callback_ops(m);
+    if (m->threaded) {
+        if (tw_advance(t, m->now) != -EPERM)
+            MODEL_FAIL(m, "tw_advance on a threaded timer did not say EPERM");
+        if (tw_wake(t) != -EDEADLK)
+            MODEL_FAIL(m, "tw_wake from a callback did not say EDEADLK");
+    } else {
+        if (tw_advance(t, m->now) != -EDEADLK)
+            MODEL_FAIL(m, "tw_advance from a callback did not say EDEADLK");
+        /* threaded, a callback does nothing more: the driver takes its
+         * due tasks in batches, and whether a batch-mate can still be
+         * cancelled is a race the model does not predict */
+        if (msrc_has(m->src) && msrc_u8(m->src) < 64)
+            m_callback_ops(m);
+    }
     m->in_callback = 0;
     m->running = NULL;
     if (k->period && k->state == M_PENDING) /* not cancelled or drained */
         m_rearm(m, k);
 }
 
-/* Runs tw_advance(to) and checks that it fired everything due. */
+/* Runs tw_advance(to), or threaded, moves the clock to `to` and calls
+ * tw_wake, and checks that it fired everything due. */
 static inline void m_advance_to(struct model *m, uint64_t to)
 {
+    if (m->threaded && !m->final && to == UINT64_MAX)
+        to = UINT64_MAX - 1; /* see m_delay */
     if (to > m->now)
         m->now = to;
     m->target = m_target(m, m->now);
@@ -562,14 +614,22 @@ static inline void m_advance_to(struct model *m, uint64_t to)
     m->in_advance = 1;
     m->last_tick = 0;
     m->fired_now = 0;
-    m->n_advances++;
-    int rc = tw_advance(m->t, to);
-    m->in_advance = 0;
-    if (rc < 0)
-        MODEL_FAIL(m, "advance returned %d", rc);
-    if ((uint64_t)rc != m->fired_now)
-        MODEL_FAIL(m, "advance returned %d, and ran %llu callbacks", rc,
-                   (unsigned long long)m->fired_now);
+    if (m->threaded) {
+        __atomic_store_n(&m->clock_value, m->now, __ATOMIC_RELEASE);
+        int rc = tw_wake(m->t); /* returns once the callbacks have run */
+        m->in_advance = 0;
+        if (rc)
+            MODEL_FAIL(m, "tw_wake returned %d", rc);
+    } else {
+        m->n_advances++;
+        int rc = tw_advance(m->t, to);
+        m->in_advance = 0;
+        if (rc < 0)
+            MODEL_FAIL(m, "advance returned %d", rc);
+        if ((uint64_t)rc != m->fired_now)
+            MODEL_FAIL(m, "advance returned %d, and ran %llu callbacks", rc,
+                       (unsigned long long)m->fired_now);
+    }
     if (tw_now(m->t) != m->now)
         MODEL_FAIL(m, "tw_now %llu, model %llu", (unsigned long long)tw_now(m->t),
                    (unsigned long long)m->now);
@@ -614,7 +674,7 @@ static inline void m_verify(struct model *m)
         st.fired != m->n_fired || st.cancelled != m->n_cancelled ||
         st.drained != m->n_drained || st.rejected != m->n_rejected ||
         st.late_max_ns != m->late_max || st.memory_bytes != m->live_bytes ||
-        st.advances != m->n_advances)
+        (!m->threaded && st.advances != m->n_advances))
         MODEL_FAIL(m, "tw_stats pending/scheduled/fired/cancelled/drained/rejected/"
                    "late_max/memory/advances %llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu, "
                    "model %d/%llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu",
@@ -695,6 +755,12 @@ static inline long model_run(struct msrc *src, long max_steps)
     /* allocations failing from the first step (after tw_create), while
      * levels and the pool are still being made */
     unsigned fail_first = (g >> 7) & 1 ? 1 + msrc_u8(src) % 64 : 0;
+    /* threaded (a driver thread, callbacks on it), over 1 to 8 shards */
+    uint8_t h = msrc_u8(src);
+    m->threaded = h & 1;
+    if (m->threaded && start == UINT64_MAX)
+        start--; /* see m_delay */
+    m->owner = pthread_self();
     for (int k = 0; k < MODEL_KEYS; k++)
         m->key_owner[k] = -1;
     struct tw_options o;
@@ -705,8 +771,13 @@ static inline long model_run(struct msrc *src, long max_steps)
     o.allocator.alloc = model_alloc;
     o.allocator.free = model_free;
     o.allocator.ctx = m;
+    if (m->threaded) {
+        o.threaded = 1;
+        o.shards = m->nshards = 1u << ((h >> 1) & 3);
+    }
     m->now = start;
-    /* manual mode reads its clock once, at creation */
+    /* manual mode reads its clock once, at creation; threaded, the driver
+     * reads it at every pass, and a schedule at every call */
     m->clock_value = start;
     o.clock = model_clock;
     o.clock_ctx = &m->clock_value;
@@ -753,6 +824,21 @@ static inline long model_run(struct msrc *src, long max_steps)
     m->fail_in = m->fail_steps = 0;
     m->src->n = 0;
     m->src->rng = 0; /* callbacks do nothing more */
+    if (m->threaded) {
+        /* a periodic task at the end of time would be due at every pass
+         * of the driver, which would not stop firing it: cancel them */
+        for (int i = 0; i < m->ntasks; i++) {
+            struct mtask *k = &m->tasks[i];
+            if (k->state != M_PENDING || !k->period)
+                continue;
+            if (tw_cancel(m->t, k->id) != 0)
+                MODEL_FAIL(m, "cancel of periodic task %d failed", i);
+            k->state = M_CANCELLED;
+            m->npending--;
+            m->n_cancelled++;
+        }
+    }
+    m->final = 1;
     m_advance_to(m, UINT64_MAX);
     /* ... and periodic tasks come back, at the end of time: drain them */
     for (int i = 0; i < m->ntasks; i++) {
@@ -765,6 +851,12 @@ static inline long model_run(struct msrc *src, long max_steps)
         MODEL_FAIL(m, "%zu tasks left after the end of time", tw_pending(m->t));
     m_verify(m);
     m_verify_percentiles(m);
+    if (m->threaded) {
+        if (tw_stop(m->t, NULL, NULL) != 0)
+            MODEL_FAIL(m, "tw_stop handed back tasks after the end of time");
+        if (tw_schedule(m->t, 1, m_fire, NULL, NULL) != -ESHUTDOWN)
+            MODEL_FAIL(m, "tw_schedule after tw_stop did not say ESHUTDOWN");
+    }
     tw_destroy(m->t);
     m->t = NULL;
     if (m->live_bytes != 0)

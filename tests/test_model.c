@@ -1,7 +1,7 @@
 /* test_model.c: the reference model (model.h) driven by seeded PRNGs:
  * thousands of random schedule / periodic / keyed / cancel / reschedule /
  * drain / advance steps per seed, with allocations failing now and then,
- * over several wheel geometries, every one checked. */
+ * over several wheel geometries, manual and threaded, every one checked. */
 #include "helpers.h"
 #include "model.h"
 
