@@ -66,6 +66,8 @@ struct mtask {
     uint64_t resched;    /* set by its own callback: the next deadline */
     int flags;           /* TW_FIXED_RATE or TW_FIXED_DELAY */
     int has_resched;
+    int by_driver;       /* threaded: scheduled from a callback, so into
+                            the driver thread's shard */
     int state;
     int key;             /* -1 = unkeyed */
 };
@@ -173,8 +175,8 @@ static void *model_alloc(void *ctx, size_t size)
     struct model *m = ctx;
     if (m->in_advance && !m->in_callback)
         MODEL_FAIL(m, "tw_advance allocated %zu bytes outside a callback", size);
-    if (!pthread_equal(pthread_self(), m->owner))
-        MODEL_FAIL(m, "the driver allocated %zu bytes", size);
+    if (!m->in_callback && !pthread_equal(pthread_self(), m->owner))
+        MODEL_FAIL(m, "the driver allocated %zu bytes outside a callback", size);
     if (m->fail_steps || (m->fail_in && --m->fail_in == 0)) {
         m->failures++;
         return NULL;
@@ -212,15 +214,15 @@ static inline int m_result(struct model *m, const char *what, int rc,
     return 0;
 }
 
-/* Whether a new task may be admitted under max_pending; counts the
- * refusal the timer must count. */
-static inline int m_admits(struct model *m)
+/* Whether max_pending leaves room for a new task: 1 yes, 0 no (the call
+ * must say -EAGAIN), -1 either. Threaded, from a callback, a one-shot
+ * task the driver has taken for this pass no longer counts as pending,
+ * though the model counts it until it runs (see m_racy). */
+static inline int m_room(const struct model *m)
 {
-    if (m->max_pending && (uint64_t)m->npending >= m->max_pending) {
-        m->n_rejected++;
-        return 0;
-    }
-    return 1;
+    if (!m->max_pending || (uint64_t)m->npending < m->max_pending)
+        return 1;
+    return m->threaded && m->in_callback ? -1 : 0;
 }
 
 /* The tick an advance to `now` reaches; the end of time reaches all. */
@@ -303,14 +305,15 @@ static inline struct mtask *m_new(struct model *m)
 }
 
 /* Whether a call that adds a task was answered as it must be: -EAGAIN
- * exactly when max_pending is reached, else 0, or -ENOMEM after an
- * injected failure. Returns 1 when the task was added. */
+ * exactly when max_pending is reached (room, from m_room), else 0, or
+ * -ENOMEM after an injected failure. Returns 1 when the task was added. */
 static inline int m_added(struct model *m, struct mtask *k, const char *what,
-                          int rc, unsigned long failures_before, int admitted)
+                          int rc, unsigned long failures_before, int room)
 {
-    if (!admitted) {
+    if (!room || (room < 0 && rc == -EAGAIN)) {
         if (rc != -EAGAIN)
             MODEL_FAIL(m, "%s past max_pending returned %d", what, rc);
+        m->n_rejected++; /* the timer counts the refusal */
         return 0; /* k stays M_FREE */
     }
     if (m_result(m, what, rc, failures_before))
@@ -327,8 +330,22 @@ static inline void m_pending(struct model *m, struct mtask *k, uint64_t deadline
     k->tick = m_due_tick(m, deadline);
     k->state = M_PENDING;
     k->born = m->seq;
+    k->by_driver = m->threaded && m->in_callback;
     m->npending++;
     m->n_scheduled++;
+}
+
+/* Threaded, from a callback: whether task k is due in this driver pass
+ * and has not run yet. The driver takes due tasks in batches before it
+ * runs them, so k may already be taken: a one-shot task taken is no
+ * longer pending (cancel and reschedule say -ENOENT, and it runs in this
+ * pass); a periodic one can still be cancelled. Which it is, is the
+ * driver's business, so the model accepts either outcome and then holds
+ * the timer to the one it got. */
+static inline int m_racy(const struct model *m, const struct mtask *k)
+{
+    return m->threaded && m->in_callback && k->state == M_PENDING &&
+           k != m->running && k->tick <= m->target && k->born != m->seq;
 }
 
 static inline void m_schedule(struct model *m, int absolute)
@@ -349,7 +366,7 @@ static inline void m_schedule(struct model *m, int absolute)
         deadline = m_sat_add(m->now, v);
         rc = tw_schedule(m->t, v, m_fire, k, &k->id);
     }
-    if (m_added(m, k, "schedule", rc, f, m_admits(m)))
+    if (m_added(m, k, "schedule", rc, f, m_room(m)))
         m_pending(m, k, deadline);
 }
 
@@ -362,7 +379,7 @@ static inline void m_schedule_every(struct model *m)
     int flags = (msrc_u8(m->src) & 1) ? TW_FIXED_RATE : TW_FIXED_DELAY;
     unsigned long f = m->failures;
     int rc = tw_schedule_every(m->t, v, period, flags, m_fire, k, &k->id);
-    if (m_added(m, k, "schedule_every", rc, f, m_admits(m))) {
+    if (m_added(m, k, "schedule_every", rc, f, m_room(m))) {
         k->period = period;
         k->flags = flags;
         m_pending(m, k, m_sat_add(m->now, v));
@@ -371,10 +388,12 @@ static inline void m_schedule_every(struct model *m)
 
 static inline void m_schedule_keyed(struct model *m)
 {
+    int key = msrc_u8(m->src) % MODEL_KEYS;
+    if (m->key_owner[key] >= 0 && m_racy(m, &m->tasks[m->key_owner[key]]))
+        return; /* replaced, or taken with its key: a race (see m_racy) */
     struct mtask *k = m_new(m);
     if (!k)
         return;
-    int key = msrc_u8(m->src) % MODEL_KEYS;
     char name[24];
     int len = snprintf(name, sizeof name, "key-%d", key);
     uint64_t v = m_delay(m);
@@ -383,7 +402,7 @@ static inline void m_schedule_keyed(struct model *m)
     int old = m->key_owner[key];
     int replaces = old >= 0 && m->tasks[old].state == M_PENDING;
     /* a replacement takes its old task's place: no admission needed */
-    if (!m_added(m, k, "schedule_keyed", rc, f, replaces || m_admits(m)))
+    if (!m_added(m, k, "schedule_keyed", rc, f, replaces ? 1 : m_room(m)))
         return; /* the old task stays pending */
     if (replaces) {
         m->tasks[old].state = M_CANCELLED;
@@ -395,11 +414,23 @@ static inline void m_schedule_keyed(struct model *m)
     m->key_owner[key] = (int)(k - m->tasks);
 }
 
+/* A task to cancel or reschedule: any the model has a record of (stale
+ * ids included), or, from a callback, now and then one due in this same
+ * advance that has not run yet, where the timer is busiest. */
 static inline struct mtask *m_pick(struct model *m)
 {
     if (!m->ntasks)
         return NULL;
-    return &m->tasks[msrc_u8(m->src) % m->ntasks];
+    uint32_t at = msrc_u8(m->src) % m->ntasks;
+    if (m->in_callback && (msrc_u8(m->src) & 3) == 0) {
+        for (int n = 0; n < m->ntasks; n++, at = (at + 1) % m->ntasks) {
+            struct mtask *k = &m->tasks[at];
+            if (k->state == M_PENDING && k != m->running &&
+                k->tick <= m->target && k->born != m->seq)
+                return k;
+        }
+    }
+    return &m->tasks[at];
 }
 
 static inline void m_drop_key(struct model *m, struct mtask *k)
@@ -413,7 +444,10 @@ static inline void m_cancel(struct model *m)
     struct mtask *k = m_pick(m);
     if (!k)
         return;
+    int racy = m_racy(m, k) && !k->period;
     int rc = tw_cancel(m->t, k->id), want = k->state == M_PENDING ? 0 : -ENOENT;
+    if (racy && rc == -ENOENT)
+        return; /* taken: it must run in this pass (m_advance_to checks) */
     if (rc != want)
         MODEL_FAIL(m, "cancel of task %ld (state %d) returned %d, want %d",
                    (long)(k - m->tasks), k->state, rc, want);
@@ -431,6 +465,8 @@ static inline void m_cancel_keyed(struct model *m)
     char name[24];
     int len = snprintf(name, sizeof name, "key-%d", key);
     int owner = m->key_owner[key];
+    if (owner >= 0 && m_racy(m, &m->tasks[owner]))
+        return; /* see m_schedule_keyed */
     int want = owner >= 0 && m->tasks[owner].state == M_PENDING ? 0 : -ENOENT;
     int rc = tw_cancel_keyed(m->t, name, (size_t)len);
     if (rc != want)
@@ -449,8 +485,15 @@ static inline void m_reschedule(struct model *m)
     if (!k)
         return;
     uint64_t v = m_delay(m), d = m_sat_add(m->now, v);
+    int racy = m_racy(m, k);
+    /* a periodic task taken would run in this pass and then come back at
+     * d, one not taken would move to d: the model does not follow that */
+    if (racy && k->period)
+        return;
     unsigned long f = m->failures;
     int rc = tw_reschedule(m->t, k->id, v);
+    if (racy && rc == -ENOENT)
+        return; /* taken: it runs in this pass */
     if (k->state != M_PENDING) {
         if (rc != -ENOENT)
             MODEL_FAIL(m, "reschedule of task %ld (state %d) returned %d",
@@ -506,7 +549,9 @@ static inline void m_callback_ops(struct model *m)
     case 4: m_cancel_keyed(m); break;
     case 5: m_schedule_every(m); break;
     case 6:
-        if (op < 32) /* rare */
+        /* rare; threaded, the one-shot tasks the driver has taken are not
+         * pending and run after the drain: a race the model leaves alone */
+        if (op < 32 && !m->threaded)
             m_drain(m);
         break;
     default: break;
@@ -558,9 +603,10 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
                    (long)(k - m->tasks), (unsigned long long)k->tick,
                    (unsigned long long)m->target);
     /* Order holds within a shard: the driver fires one shard's due tasks,
-     * then the next's. The model's own thread schedules into one shard;
-     * a keyed task goes to its key's. */
-    int ordered = !m->threaded || m->nshards == 1 || k->key < 0;
+     * then the next's. The model's own thread schedules into one shard,
+     * the driver (from callbacks) into another; a keyed task goes to its
+     * key's. */
+    int ordered = !m->threaded || m->nshards == 1 || (k->key < 0 && !k->by_driver);
     if (ordered && k->tick < m->last_tick)
         MODEL_FAIL(m, "task %ld fired out of order: tick %llu after %llu",
                    (long)(k - m->tasks), (unsigned long long)k->tick,
@@ -586,15 +632,11 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
             MODEL_FAIL(m, "tw_advance on a threaded timer did not say EPERM");
         if (tw_wake(t) != -EDEADLK)
             MODEL_FAIL(m, "tw_wake from a callback did not say EDEADLK");
-    } else {
-        if (tw_advance(t, m->now) != -EDEADLK)
-            MODEL_FAIL(m, "tw_advance from a callback did not say EDEADLK");
-        /* threaded, a callback does nothing more: the driver takes its
-         * due tasks in batches, and whether a batch-mate can still be
-         * cancelled is a race the model does not predict */
-        if (msrc_has(m->src) && msrc_u8(m->src) < 64)
-            m_callback_ops(m);
+    } else if (tw_advance(t, m->now) != -EDEADLK) {
+        MODEL_FAIL(m, "tw_advance from a callback did not say EDEADLK");
     }
+    if (msrc_has(m->src) && msrc_u8(m->src) < 64)
+        m_callback_ops(m);
     m->in_callback = 0;
     m->running = NULL;
     if (k->period && k->state == M_PENDING) /* not cancelled or drained */
