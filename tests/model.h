@@ -777,8 +777,10 @@ static inline void m_verify_percentiles(struct model *m)
     }
 }
 
-/* Runs the model over a byte stream. Returns the number of steps. */
-static inline long model_run(struct msrc *src, long max_steps)
+/* Runs the model over a byte stream, on a threaded timer for one stream
+ * in `threaded_one_in` (as its second byte says; 0: never). Returns the
+ * number of steps. */
+static inline long model_run(struct msrc *src, long max_steps, unsigned threaded_one_in)
 {
     static const uint64_t ticks[] = { 1, 3, 1000, 1000000 };
     static const uint32_t wheels[] = { 2, 4, 8, 64 };
@@ -799,7 +801,7 @@ static inline long model_run(struct msrc *src, long max_steps)
     unsigned fail_first = (g >> 7) & 1 ? 1 + msrc_u8(src) % 64 : 0;
     /* threaded (a driver thread, callbacks on it), over 1 to 8 shards */
     uint8_t h = msrc_u8(src);
-    m->threaded = h & 1;
+    m->threaded = threaded_one_in && (h >> 3) % threaded_one_in == 0;
     if (m->threaded && start == UINT64_MAX)
         start--; /* see m_delay */
     m->owner = pthread_self();

@@ -13,7 +13,7 @@ static void test_random_model(void **state)
     long total = 0;
     for (int s = 1; s <= seeds; s++) {
         struct msrc src = { NULL, 0, 0x9E3779B97F4A7C15ull * (uint64_t)s };
-        total += model_run(&src, 3000);
+        total += model_run(&src, 3000, 2); /* half of them threaded */
     }
     assert_true(total >= (long)seeds * 3000);
 }
