@@ -25,7 +25,10 @@
  *     after now, or now + period), or where its own callback rescheduled
  *     it; cancelled or drained from its own callback, it does not;
  *   - cancel, reschedule and the keyed calls return exactly what the model
- *     says they must; tw_pending and every counter of tw_stats agree;
+ *     says they must; tw_pending agrees, and so does tw_stats on pending,
+ *     scheduled, fired, cancelled, drained and rejected tasks, advances
+ *     (manual), memory_bytes (what the allocator handed out),
+ *     late_max_ns and, at the end, the lateness percentiles;
  *     tw_next_deadline is never later than the earliest pending task;
  *     tw_check holds after every step;
  *   - with max_pending set, a schedule past it returns -EAGAIN;
