@@ -576,7 +576,7 @@ static inline void m_rearm(struct model *m, struct mtask *k)
         if (k->deadline > m->now)
             MODEL_FAIL(m, "periodic task %ld fired before its deadline",
                        (long)(k - m->tasks));
-        unsigned __int128 j = (m->now - k->deadline) / k->period + 1;
+        unsigned __int128 j = (unsigned __int128)((m->now - k->deadline) / k->period) + 1;
         unsigned __int128 n = (unsigned __int128)k->deadline + j * k->period;
         next = n > UINT64_MAX ? UINT64_MAX : (uint64_t)n;
     }
