@@ -151,10 +151,9 @@ struct tw_stats {
     /* Lateness of fired tasks: firing time minus deadline, in ns (never
      * negative). Manual mode measures against the time given to
      * tw_advance; threaded mode against the clock read before dispatch.
-     * Threaded, a task is measured when the driver takes it, so one taken
-     * that then does not run (a periodic task cancelled or drained before
-     * its callback starts, a task handed back by tw_stop) still counts
-     * here, though not in `fired`. */
+     * Only tasks whose callbacks run are measured, with one exception: a
+     * one-shot task the driver had taken when tw_stop began, and hands
+     * back unrun, still counts here (not in `fired`). */
     uint64_t late_max_ns;
     uint64_t late_p50_ns;    /* upper bound of the histogram bucket (powers */
     uint64_t late_p99_ns;    /* of two) holding the percentile */

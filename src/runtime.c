@@ -136,7 +136,9 @@ static int periodic_still_due(tw_timer *t, struct tw__job *j)
     struct tw__shard *sh = &t->shards[j->shard];
     pthread_mutex_lock(&sh->lock);
     int live = tw__extra_live(j->x);
-    if (!live)
+    if (live)
+        tw__late_record(&sh->eng, j->late); /* see tw__take_job */
+    else
         drop_periodic(t, j);
     pthread_mutex_unlock(&sh->lock);
     return live;

@@ -60,6 +60,8 @@ struct tw__job {
     void *arg;
     tw_id id;
     struct tw__extra *x; /* periodic: re-armed after the callback */
+    uint64_t late;       /* threaded periodic: its lateness, recorded once
+                            it is sure to run (periodic_still_due) */
     uint32_t slot;
     uint32_t shard;
 };
@@ -136,7 +138,7 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
     uint32_t i = tw__ref_slot(r);
     struct tw__entry *en = tw__pool_entry(&e->pool, i);
     tw__list_unlink(e, en);
-    tw__late_record(e, now > en->deadline ? now - en->deadline : 0);
+    uint64_t late = now > en->deadline ? now - en->deadline : 0;
     e->fired++;
     j->slot = i;
     j->shard = si;
@@ -153,9 +155,17 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
             en->link.next = en->link.prev = TW__NIL; /* in no list while it runs */
             e->taken++;
             j->x = x;
+            /* Threaded, a cancel or drain may still stop it before its
+             * callback starts: its lateness is recorded only once it is
+             * sure to run, so that tw_stats measures what fired. */
+            if (t->threaded)
+                j->late = late;
+            else
+                tw__late_record(e, late);
             return 0;
         }
     }
+    tw__late_record(e, late);
     tw__task_free(t, e, i, en); /* one-shot */
     e->completed++;
     return 0;

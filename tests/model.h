@@ -99,12 +99,6 @@ struct model {
     uint64_t n_scheduled, n_fired, n_cancelled, n_drained, n_rejected;
     uint64_t n_advances;  /* tw_advance calls made (not from callbacks) */
     uint64_t late_max;    /* the latest firing, in ns past its deadline */
-    int late_loose;       /* threaded: a periodic task due in a pass was
-                             cancelled from a callback, maybe after the
-                             driver took it, and the timer keeps the
-                             lateness it recorded at the take (see
-                             m_cancel): late_max may be higher, and the
-                             percentiles are not checked */
     uint64_t *late;       /* every firing's lateness, up to MODEL_LATE */
     size_t nlate;
     uint64_t fired_now;   /* callbacks run in the current advance */
@@ -454,8 +448,6 @@ static inline void m_cancel(struct model *m)
     if (!k)
         return;
     int racy = m_racy(m, k) && !k->period;
-    if (m_racy(m, k) && k->period)
-        m->late_loose = 1;
     int rc = tw_cancel(m->t, k->id), want = k->state == M_PENDING ? 0 : -ENOENT;
     if (racy && rc == -ENOENT)
         return; /* taken: it must run in this pass (m_advance_to checks) */
@@ -726,8 +718,7 @@ static inline void m_verify(struct model *m)
     if (st.pending != (uint64_t)m->npending || st.scheduled != m->n_scheduled ||
         st.fired != m->n_fired || st.cancelled != m->n_cancelled ||
         st.drained != m->n_drained || st.rejected != m->n_rejected ||
-        (m->late_loose ? st.late_max_ns < m->late_max : st.late_max_ns != m->late_max) ||
-        st.memory_bytes != m->live_bytes ||
+        st.late_max_ns != m->late_max || st.memory_bytes != m->live_bytes ||
         (!m->threaded && st.advances != m->n_advances))
         MODEL_FAIL(m, "tw_stats pending/scheduled/fired/cancelled/drained/rejected/"
                    "late_max/memory/advances %llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu/%llu, "
@@ -768,7 +759,7 @@ static int m_cmp_u64(const void *a, const void *b)
  * the sample at rank floor(q * n), no more than the maximum. */
 static inline void m_verify_percentiles(struct model *m)
 {
-    if (!m->nlate || m->nlate > MODEL_LATE || m->late_loose)
+    if (!m->nlate || m->nlate > MODEL_LATE)
         return;
     struct tw_stats st;
     tw_stats(m->t, &st);
