@@ -193,8 +193,11 @@ TW_API int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn,
 /* Schedules a periodic task: first after first_delay_ns, then every
  * period_ns, with flags TW_FIXED_RATE or TW_FIXED_DELAY. The same id names
  * every firing; cancel it (from anywhere, its own callback included) to
- * stop it. Returns 0, -EINVAL (period 0, flags not exactly one of the two),
- * or the errors of tw_schedule. */
+ * stop it. Next deadlines that would overflow saturate at UINT64_MAX, the
+ * end of time; a firing at the end of time is the task's last (no later
+ * instant exists), and the task then leaves as a one-shot task does,
+ * unless its callback rescheduled it. Returns 0, -EINVAL (period 0, flags
+ * not exactly one of the two), or the errors of tw_schedule. */
 TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
                              uint64_t period_ns, int flags, tw_fn fn,
                              void *arg, tw_id *id);

@@ -697,7 +697,6 @@ out:
 void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
                          uint64_t now)
 {
-    (void)t;
     struct tw__engine *e = &t->shards[si].eng;
     struct tw__extra *x = j->x;
     struct tw__entry *en = tw__pool_entry(&e->pool, j->slot);
@@ -725,6 +724,16 @@ void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
         }
     } else {
         next = sat_add(now, x->period);
+    }
+    if (__builtin_expect(next <= now, 0) && x->state != TW__X_RESCHED) {
+        /* Only at the end of time (now == UINT64_MAX): no instant lies
+         * after it, so that firing was the last. Re-armed at now, the task
+         * would be due at once, forever: every advance would fire it and a
+         * driver would spin firing it. It leaves as a one-shot task does
+         * (a reschedule from its callback is the caller's choice, kept). */
+        tw__task_free(t, e, j->slot, en);
+        e->completed++;
+        return;
     }
     x->state = TW__X_IDLE;
     en->deadline = next;

@@ -6,9 +6,12 @@
  * model moves that clock and calls tw_wake where it would call
  * tw_advance. It schedules nothing due at the clock's current time, so the
  * driver fires only inside tw_wake, and the checks below stay exact.
- * Threaded callbacks do nothing but check (which of a driver batch's tasks
- * a callback could still cancel is a race, not a rule), and the run ends
- * with tw_stop.
+ * Callbacks schedule, cancel and reschedule in both modes. Threaded, the
+ * driver takes a batch of due tasks before it runs them, so whether a
+ * callback can still cancel a one-shot task due in the same pass is a
+ * race, not a rule: the model accepts either answer and holds the timer to
+ * the one it got. A run ends at the end of time, where every task fires
+ * its last, and (threaded) with tw_stop, which must hand back nothing.
  *
  * The model keeps every task it ever scheduled with the tick at which it
  * must fire: its deadline rounded up to the tick, or the current tick when
@@ -23,7 +26,8 @@
  *   - a periodic task stays pending when it fires and comes back at the
  *     deadline its flag gives (the first point of its fixed-rate grid
  *     after now, or now + period), or where its own callback rescheduled
- *     it; cancelled or drained from its own callback, it does not;
+ *     it; cancelled or drained from its own callback, it does not; at the
+ *     end of time, with no instant after now, it fires its last;
  *   - cancel, reschedule and the keyed calls return exactly what the model
  *     says they must; tw_pending agrees, and so does tw_stats on pending,
  *     scheduled, fired, cancelled, drained and rejected tasks, advances
@@ -567,6 +571,12 @@ static inline void m_callback_ops(struct model *m)
 static inline void m_rearm(struct model *m, struct mtask *k)
 {
     uint64_t next;
+    if (!k->has_resched && m->now == UINT64_MAX) {
+        /* no instant lies after the end of time: that firing was its last */
+        k->state = M_FIRED;
+        m->npending--;
+        return;
+    }
     if (k->has_resched) {
         next = k->resched;
     } else if (k->flags == TW_FIXED_DELAY) {
@@ -871,27 +881,15 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
     m->fail_in = m->fail_steps = 0;
     m->src->n = 0;
     m->src->rng = 0; /* callbacks do nothing more */
-    if (m->threaded) {
-        /* a periodic task at the end of time would be due at every pass
-         * of the driver, which would not stop firing it: cancel them */
-        for (int i = 0; i < m->ntasks; i++) {
-            struct mtask *k = &m->tasks[i];
-            if (k->state != M_PENDING || !k->period)
-                continue;
-            if (tw_cancel(m->t, k->id) != 0)
-                MODEL_FAIL(m, "cancel of periodic task %d failed", i);
-            k->state = M_CANCELLED;
-            m->npending--;
-            m->n_cancelled++;
-        }
-    }
     m->final = 1;
     m_advance_to(m, UINT64_MAX);
-    /* ... and periodic tasks come back, at the end of time: drain them */
+    /* periodic tasks included: a firing at the end of time is the last
+     * (threaded, a driver that re-armed them would fire them without end,
+     * and the checks below, tw_stop's, would see it) */
     for (int i = 0; i < m->ntasks; i++) {
         struct mtask *k = &m->tasks[i];
-        if (k->state == M_PENDING && (!k->period || k->born != m->seq))
-            MODEL_FAIL(m, "task %d left unfired after the end of time", i);
+        if (k->state == M_PENDING)
+            MODEL_FAIL(m, "task %d left pending after the end of time", i);
     }
     m_drain(m);
     if (tw_pending(m->t) != 0)

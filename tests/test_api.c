@@ -390,7 +390,7 @@ static void test_periodic_fixed_delay(void **state)
 
     /* the longest period on a 1 ns tick: the reservation for its re-arm
      * is the top level, and the re-armed deadline saturates at the end of
-     * time, where each advance fires it once */
+     * time; the firing there is its last */
     t = mk(&c, 0, 1, 64);
     n = 0;
     assert_int_equal(tw_schedule_every(t, 0, UINT64_MAX, TW_FIXED_DELAY, count_fn, &n, &id), 0);
@@ -398,11 +398,77 @@ static void test_periodic_fixed_delay(void **state)
     assert_int_equal(tw_next_deadline(t, &d), 0); /* its coarse bucket's */
     assert_true(d > 10);
     assert_int_equal(tw_advance(t, UINT64_MAX - 1), 0);
+    assert_int_equal(tw_pending(t), 1);
     assert_int_equal(tw_advance(t, UINT64_MAX), 1);
     assert_int_equal(n, 2);
-    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 0);
     assert_check(t);
-    assert_int_equal(tw_cancel(t, id), 0);
+    tw_destroy(t);
+}
+
+static tw_id end_resched_id;
+static int end_resched_calls;
+static void end_resched_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    end_resched_calls++;
+    end_resched_id = id;
+    if (end_resched_calls == 1)
+        assert_int_equal(tw_reschedule(t, id, SEC), 0); /* clamped: due now */
+}
+
+/* At the end of time no instant lies after now, so a periodic task cannot
+ * be re-armed: each flag's firing there is its last, and an event loop
+ * that advances to tw_next_deadline does not spin on it. A reschedule from
+ * the callback is obeyed, as at any other time. */
+static void test_periodic_end_of_time(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    tw_id rate, delay, late;
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, count_fn, &n, &rate), 0);
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_DELAY, count_fn, &n, &delay), 0);
+    assert_int_equal(tw_advance(t, 10 * MS), 2);
+    assert_int_equal(tw_pending(t), 2);
+    /* a huge period from close to the end: fires at the end, once */
+    assert_int_equal(tw_advance(t, UINT64_MAX - 5 * MS), 2);
+    assert_int_equal(tw_schedule_every(t, MS, UINT64_MAX / 2, TW_FIXED_RATE, count_fn, &n, &late), 0);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 3);
+    assert_int_equal(n, 7);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_cancel(t, rate), -ENOENT);
+    assert_int_equal(tw_cancel(t, delay), -ENOENT);
+    assert_int_equal(tw_cancel(t, late), -ENOENT);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), -ENOENT);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 0);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, 7);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.cancelled, 0);
+    assert_check(t);
+
+    /* scheduled at the end of time: fires at the next advance, once */
+    assert_int_equal(tw_schedule_every(t, 0, MS, TW_FIXED_DELAY, count_fn, &n, &rate), 0);
+    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 1);
+    assert_int_equal(tw_pending(t), 0);
+
+    /* rescheduled from its callback: kept, and fires again */
+    end_resched_calls = 0;
+    assert_int_equal(tw_schedule_every(t, 0, MS, TW_FIXED_RATE, end_resched_fn, NULL, &late), 0);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 1);
+    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 1);
+    assert_int_equal(end_resched_calls, 2);
+    assert_int_equal(end_resched_id, late);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
     tw_destroy(t);
 }
 
@@ -906,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_order_across_levels),
         cmocka_unit_test(test_periodic_fixed_rate),
         cmocka_unit_test(test_periodic_fixed_delay),
+        cmocka_unit_test(test_periodic_end_of_time),
         cmocka_unit_test(test_periodic_reschedule_from_callback),
         cmocka_unit_test(test_periodic_cancel_then_reschedule),
         cmocka_unit_test(test_keyed),

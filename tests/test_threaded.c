@@ -220,6 +220,42 @@ static void test_periodic_threaded(void **state)
     tw_destroy(t);
 }
 
+static void count_atomic_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+/* A clock that reaches the end of time: each periodic task fires there
+ * once and leaves. Re-armed at the end of time, it would be due at every
+ * pass, and the driver would fire it without end. */
+static void test_periodic_end_of_time_threaded(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    _Atomic int n = 0;
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, count_atomic_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_DELAY, count_atomic_fn, &n, NULL), 0);
+    atomic_fetch_add(&c.now, 10 * MS);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&n), 2);
+    atomic_store(&c.now, UINT64_MAX);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&n), 4);
+    assert_int_equal(tw_pending(t), 0);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&n), 4);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, 4);
+    assert_check(t);
+    assert_int_equal(tw_stop(t, NULL, NULL), 0);
+    tw_destroy(t);
+}
+
 static _Atomic int handed;
 /* tw_stop calls it on the caller's thread */
 static void unfired_fn(tw_timer *t, tw_id id, void *arg)
@@ -988,6 +1024,7 @@ int main(void)
         cmocka_unit_test(test_cancel_before_fire),
         cmocka_unit_test(test_driver_spreads_cascade),
         cmocka_unit_test(test_periodic_threaded),
+        cmocka_unit_test(test_periodic_end_of_time_threaded),
         cmocka_unit_test(test_stop_hands_back),
         cmocka_unit_test(test_stop_from_callback),
         cmocka_unit_test(test_cancel_taken_periodic),
