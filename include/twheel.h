@@ -151,9 +151,10 @@ struct tw_stats {
     /* Lateness of fired tasks: firing time minus deadline, in ns (never
      * negative). Manual mode measures against the time given to
      * tw_advance; threaded mode against the clock read before dispatch.
-     * Only tasks whose callbacks run are measured, with one exception: a
-     * one-shot task the driver had taken when tw_stop began, and hands
-     * back unrun, still counts here (not in `fired`). */
+     * Only tasks whose callbacks run are measured (not one the driver took
+     * and tw_stop handed back). Threaded, a task may count in `fired` a
+     * little before it counts here: its lateness is recorded once it is
+     * sure to run. */
     uint64_t late_max_ns;
     uint64_t late_p50_ns;    /* upper bound of the histogram bucket (powers */
     uint64_t late_p99_ns;    /* of two) holding the percentile */

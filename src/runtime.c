@@ -24,6 +24,16 @@
  * while user code runs. A periodic task is re-armed, under its shard lock,
  * after its callback returns.
  *
+ * Lateness. tw_stats measures the tasks whose callbacks run, and a task
+ * the driver took may still be handed back unrun (by tw_stop; a periodic
+ * one also by a cancel or a drain). So a job carries its lateness, and it
+ * is recorded only where the job is sure to run, under a lock already
+ * held there: a periodic job in periodic_still_due (shard lock); a
+ * one-shot job run by the driver when the driver takes the shard lock
+ * again after its batch; one run by a worker as the worker takes it from
+ * the queue (queue lock), into the runtime's own figures, which tw_stats
+ * adds in.
+ *
  * Stopping. tw_stop marks the timer stopped (schedules fail from then
  * on), stops the driver, which finishes the callback it is running and
  * hands back the rest of its batch, stops the workers likewise, hands back
@@ -66,6 +76,10 @@ struct tw__runtime {
     int wstop;
 
     /* tw_stop */
+    /* lateness of the one-shot jobs the workers took (under qmu) */
+    uint64_t late_max;
+    uint64_t late_hist[TW__LATE_BUCKETS];
+
     tw_fn unfired;
     void *unfired_arg; /* what tw_drain_arg returns to unfired */
     _Atomic uint64_t handed;
@@ -195,6 +209,8 @@ static void *worker_main(void *p)
         struct tw__job j = rt->ring[rt->head];
         rt->head = (rt->head + 1) % QUEUE_CAP;
         rt->count--;
+        if (!j.x) /* sure to run now (see "Lateness" at the top) */
+            tw__late_add(&rt->late_max, rt->late_hist, j.late);
         pthread_cond_signal(&rt->qspace);
         pthread_mutex_unlock(&rt->qmu);
         run_job(t, &j);
@@ -246,15 +262,22 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
         pthread_mutex_unlock(&sh->lock);
         if (!n)
             return;
+        uint64_t ran[BATCH]; /* the lateness of one-shot jobs run */
+        int nran = 0;
         for (int k = 0; k < n; k++) {
-            if (atomic_load_explicit(&rt->halt, memory_order_acquire))
+            if (atomic_load_explicit(&rt->halt, memory_order_acquire)) {
                 hand_back(t, &batch[k]);
-            else if (rt->nworkers)
+            } else if (rt->nworkers) {
                 queue_push(t, &batch[k]);
-            else
+            } else {
+                if (!batch[k].x)
+                    ran[nran++] = batch[k].late;
                 run_job(t, &batch[k]);
+            }
         }
         pthread_mutex_lock(&sh->lock);
+        for (int k = 0; k < nran; k++)
+            tw__late_record(e, ran[k]);
     }
 }
 
@@ -325,6 +348,19 @@ static void *driver_main(void *p)
     pthread_cond_broadcast(&rt->done_cv);
     pthread_mutex_unlock(&rt->mu);
     return NULL;
+}
+
+void tw__runtime_late(tw_timer *t, uint64_t *max, uint64_t *hist)
+{
+    struct tw__runtime *rt = t->rt;
+    if (!rt)
+        return;
+    pthread_mutex_lock(&rt->qmu);
+    if (rt->late_max > *max)
+        *max = rt->late_max;
+    for (int b = 0; b < TW__LATE_BUCKETS; b++)
+        hist[b] += rt->late_hist[b];
+    pthread_mutex_unlock(&rt->qmu);
 }
 
 void tw__runtime_kick(tw_timer *t, uint64_t exp_ns)

@@ -986,12 +986,14 @@ void tw_stats(tw_timer *t, struct tw_stats *s)
         s->retired_slots += e->pool.retired;
         if (e->late_max > s->late_max_ns)
             s->late_max_ns = e->late_max;
-        for (int b = 0; b < TW__LATE_BUCKETS; b++) {
+        for (int b = 0; b < TW__LATE_BUCKETS; b++)
             hist[b] += e->late_hist[b];
-            total += e->late_hist[b];
-        }
         tw__shard_unlock(t, sh);
     }
+    if (t->threaded)
+        tw__runtime_late(t, &s->late_max_ns, hist);
+    for (int b = 0; b < TW__LATE_BUCKETS; b++)
+        total += hist[b];
     s->late_p50_ns = percentile(hist, total, 0.50);
     s->late_p99_ns = percentile(hist, total, 0.99);
     if (s->late_p50_ns > s->late_max_ns)

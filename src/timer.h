@@ -60,8 +60,8 @@ struct tw__job {
     void *arg;
     tw_id id;
     struct tw__extra *x; /* periodic: re-armed after the callback */
-    uint64_t late;       /* threaded periodic: its lateness, recorded once
-                            it is sure to run (periodic_still_due) */
+    uint64_t late;       /* threaded: its lateness, recorded once it is
+                            sure to run (runtime.c, "Lateness") */
     uint32_t slot;
     uint32_t shard;
 };
@@ -155,17 +155,18 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
             en->link.next = en->link.prev = TW__NIL; /* in no list while it runs */
             e->taken++;
             j->x = x;
-            /* Threaded, a cancel or drain may still stop it before its
-             * callback starts: its lateness is recorded only once it is
-             * sure to run, so that tw_stats measures what fired. */
-            if (t->threaded)
-                j->late = late;
-            else
-                tw__late_record(e, late);
-            return 0;
         }
     }
-    tw__late_record(e, late);
+    /* Threaded, a taken task may still be handed back unrun (tw_stop; a
+     * periodic one also by a cancel or drain): its lateness is recorded
+     * only once it is sure to run (runtime.c, "Lateness"), so that
+     * tw_stats measures what fired. Manual mode runs it next. */
+    if (t->threaded)
+        j->late = late;
+    else
+        tw__late_record(e, late);
+    if (j->x)
+        return 0;
     tw__task_free(t, e, i, en); /* one-shot */
     e->completed++;
     return 0;
@@ -187,6 +188,9 @@ uint64_t tw__shard_next_ns(struct tw__engine *e);
 /* Threaded runtime (runtime.c). */
 int tw__runtime_start(tw_timer *t, const struct tw_options *o);
 void tw__runtime_kick(tw_timer *t, uint64_t exp_ns);
+/* Adds the lateness of the one-shot jobs the workers took to *max and
+ * hist (TW__LATE_BUCKETS counts). */
+void tw__runtime_late(tw_timer *t, uint64_t *max, uint64_t *hist);
 void tw__runtime_free(tw_timer *t);
 
 #endif

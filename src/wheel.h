@@ -296,12 +296,18 @@ void tw__wheel_spread(struct tw__engine *e);
 /* Moves every pending task of the wheel onto the expired list (drain). */
 void tw__wheel_collect_all(struct tw__engine *e);
 
+/* Adds a lateness sample to a maximum and a histogram by bit length. */
+TW__HOT void tw__late_add(uint64_t *max, uint64_t *hist, uint64_t late)
+{
+    if (late > *max)
+        *max = late;
+    hist[late ? 64 - __builtin_clzll(late) : 0]++;
+}
+
 /* Records a lateness sample. */
 TW__HOT void tw__late_record(struct tw__engine *e, uint64_t late)
 {
-    if (late > e->late_max)
-        e->late_max = late;
-    e->late_hist[late ? 64 - __builtin_clzll(late) : 0]++;
+    tw__late_add(&e->late_max, e->late_hist, late);
 }
 
 #endif

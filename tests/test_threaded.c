@@ -548,6 +548,10 @@ static void test_stop_hands_back_taken(void **state)
         assert_int_equal(s.drained, N);
         assert_int_equal(s.cancelled, 1);
         assert_int_equal(s.pending, 0);
+        /* lateness measures the one that ran (the holder, 1 ms late), not
+         * those handed back (0 ms): every percentile is its */
+        assert_int_equal(s.late_max_ns, MS);
+        assert_int_equal(s.late_p50_ns, MS);
         assert_check(t);
         tw_destroy(t);
     }
@@ -586,6 +590,8 @@ static void test_stop_with_full_queue(void **state)
     assert_int_equal(s.fired, 1);
     assert_int_equal(s.drained, N - 1);
     assert_int_equal(s.pending, 0);
+    assert_int_equal(s.late_max_ns, MS); /* the holder's alone */
+    assert_int_equal(s.late_p50_ns, MS);
     assert_check(t);
     tw_destroy(t);
 }
