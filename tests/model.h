@@ -41,7 +41,11 @@
  *     some steps): a call that returns -ENOMEM must have met that failure
  *     and changed nothing (the model applies nothing and every later check
  *     holds it to that); tw_advance allocates nothing outside the
- *     callbacks it runs, and the driver thread allocates nothing.
+ *     callbacks it runs, and the driver thread allocates nothing. In half
+ *     the runs the wheel's levels are made one at a time (delays are
+ *     capped, and the cap grows a level now and then), each new one now
+ *     and then by a reschedule, from a callback too, with one of its
+ *     allocations failing.
  * Any disagreement prints the step and aborts. */
 #ifndef TW_TEST_MODEL_H
 #define TW_TEST_MODEL_H
@@ -111,6 +115,12 @@ struct model {
      * fail_steps > 0 fails every allocation for that many more steps */
     unsigned fail_in, fail_steps;
     unsigned long failures;
+    /* nonzero: delays and periods stay at most this, and it grows a level
+     * (x wheel) now and then, so that the levels are made one at a time
+     * through the run, by whichever call first needs each, failures
+     * armed or not (with no cap, the first huge delay makes them all) */
+    uint64_t ceiling;
+    uint64_t force_delay; /* nonzero: m_delay's next answer */
     int key_owner[MODEL_KEYS];
     struct msrc *src;
     long step;
@@ -270,6 +280,10 @@ static inline uint64_t m_delay_any(struct model *m)
 static inline uint64_t m_delay(struct model *m)
 {
     uint64_t v = m_delay_any(m);
+    if (m->ceiling && v > m->ceiling)
+        v %= m->ceiling + 1;
+    if (m->force_delay)
+        v = m->force_delay;
     return m->threaded && !v ? 1 : v;
 }
 
@@ -279,11 +293,12 @@ static inline uint64_t m_period(struct model *m)
     uint8_t kind = msrc_u8(m->src) % 4;
     uint64_t r = msrc_u64(m->src);
     switch (kind) {
-    case 0: return 1 + r % m->tick;
-    case 1: return 1 + r % (m->tick * m->wheel * 2);
-    case 2: return 1 + r % (m->tick * m->wheel * m->wheel * m->wheel);
-    default: return r ? r : 1;
+    case 0: r = 1 + r % m->tick; break;
+    case 1: r = 1 + r % (m->tick * m->wheel * 2); break;
+    case 2: r = 1 + r % (m->tick * m->wheel * m->wheel * m->wheel); break;
+    default: r = r ? r : 1; break;
     }
+    return m->ceiling && r > m->ceiling ? 1 + r % m->ceiling : r;
 }
 
 static void m_fire(tw_timer *t, tw_id id, void *arg);
@@ -486,11 +501,8 @@ static inline void m_cancel_keyed(struct model *m)
     }
 }
 
-static inline void m_reschedule(struct model *m)
+static inline void m_reschedule_task(struct model *m, struct mtask *k)
 {
-    struct mtask *k = m_pick(m);
-    if (!k)
-        return;
     uint64_t v = m_delay(m), d = m_sat_add(m->now, v);
     int racy = m_racy(m, k);
     /* a periodic task taken would run in this pass and then come back at
@@ -517,6 +529,33 @@ static inline void m_reschedule(struct model *m)
     k->deadline = d; /* a fixed rate's grid starts again from here */
     k->tick = m_due_tick(m, d);
     k->born = m->seq; /* moved back into the wheel */
+}
+
+static inline void m_reschedule(struct model *m)
+{
+    struct mtask *k = m_pick(m);
+    if (k)
+        m_reschedule_task(m, k);
+}
+
+/* With the levels made one at a time (ceiling): a reschedule of task k
+ * (NULL: a task picked at random) that makes a level, often with one of
+ * the allocations that takes failing (the delay queue's room, the
+ * buckets, the list heads): the task must keep its place, or its next
+ * firing when k is the periodic task whose callback is running. */
+static inline void m_reschedule_new_level(struct model *m, struct mtask *k)
+{
+    uint8_t b = msrc_u8(m->src);
+    if (!m->ceiling || m->ceiling > UINT64_MAX / m->wheel || b >= 128)
+        return;
+    if (b & 1)
+        m->fail_in = 1 + (b >> 1) % 4;
+    m->force_delay = m->ceiling * m->wheel;
+    if (!k)
+        k = m_pick(m);
+    if (k)
+        m_reschedule_task(m, k);
+    m->force_delay = 0;
 }
 
 static void m_drain_each(tw_timer *t, tw_id id, void *arg)
@@ -561,7 +600,10 @@ static inline void m_callback_ops(struct model *m)
         if (op < 32 && !m->threaded)
             m_drain(m);
         break;
-    default: break;
+    default:
+        if (m->running && m->running->period) /* its next firing, far out */
+            m_reschedule_new_level(m, m->running);
+        break;
     }
 }
 
@@ -815,6 +857,8 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
     /* threaded (a driver thread, callbacks on it), over 1 to 8 shards */
     uint8_t h = msrc_u8(src);
     m->threaded = threaded_one_in && (h >> 3) % threaded_one_in == 0;
+    if (h & 1) /* levels made one at a time (see ceiling) */
+        m->ceiling = m->tick * m->wheel;
     if (m->threaded && start == UINT64_MAX)
         start--; /* see m_delay */
     m->owner = pthread_self();
@@ -846,6 +890,10 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
         m->step = steps++;
         uint8_t op = msrc_u8(src);
         unsigned failing = m->fail_steps; /* counted from the next step */
+        if (m->ceiling && msrc_u8(src) < 32) { /* one level more */
+            m_reschedule_new_level(m, NULL);
+            m->ceiling = m->ceiling > UINT64_MAX / m->wheel ? 0 : m->ceiling * m->wheel;
+        }
         switch (op % 16) {
         case 0: case 1: case 2: case 3: m_schedule(m, 0); break;
         case 4: m_schedule(m, 1); break;
