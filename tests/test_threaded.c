@@ -281,6 +281,7 @@ static void test_stop_hands_back(void **state)
     for (int k = 0; k < 101; k++)
         assert_int_equal(marks[k], 1); /* each exactly once, with its own arg */
     assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -ESHUTDOWN);
+    assert_int_equal(tw_schedule_at(t, 0, noop_fn, NULL, NULL), -ESHUTDOWN);
     assert_int_equal(tw_schedule_every(t, SEC, SEC, TW_FIXED_RATE, noop_fn, NULL, NULL), -ESHUTDOWN);
     assert_int_equal(tw_schedule_keyed(t, "k", 1, SEC, noop_fn, NULL, NULL), -ESHUTDOWN);
     assert_int_equal(tw_stop(t, NULL, NULL), -EALREADY);
@@ -557,6 +558,43 @@ static void test_stop_hands_back_taken(void **state)
     }
 }
 
+/* A periodic task taken together with the holder, waiting behind it in
+ * the driver's batch (workers = 0) or in the workers' queue (one worker)
+ * when tw_stop begins: handed back once, never run, not re-armed, and
+ * counted as drained, not fired. */
+static void test_stop_hands_back_taken_periodic(void **state)
+{
+    (void)state;
+    for (uint32_t workers = 0; workers <= 1; workers++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        uint64_t base = atomic_load(&c.now);
+        struct job_rec holder = { .hold = 1 }, p = { 0 };
+        gate_reset(1);
+        /* two tasks: the driver takes both in one batch */
+        assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &holder, NULL), 0);
+        assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_DELAY, held_fn, &p, NULL), 0);
+        atomic_store(&c.now, base + 2 * MS);
+        pthread_t w = start_held_pass(t);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, 2); /* both taken */
+        assert_int_equal(tw_stop(t, rec_handed, NULL), 1);
+        pthread_join(w, NULL);
+        assert_int_equal(atomic_load(&holder.ran), 1);
+        assert_int_equal(atomic_load(&holder.handed), 0);
+        assert_int_equal(atomic_load(&p.ran), 0);
+        assert_int_equal(atomic_load(&p.handed), 1);
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, 1);
+        assert_int_equal(s.drained, 1);
+        assert_int_equal(s.pending, 0);
+        assert_int_equal(s.late_max_ns, MS); /* the holder's */
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 /* More taken tasks than the workers' queue holds (16,384): the driver
  * waits for room with a batch in hand while the one worker is held. Once
  * tw_stop has begun, no job starts: the worker takes nothing more from
@@ -578,6 +616,17 @@ static void test_stop_with_full_queue(void **state)
         assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &rec[k], NULL), 0);
     atomic_store(&c.now, base + 2 * MS);
     pthread_t w = start_held_pass(t);
+    /* let the driver fill the queue and wait for room (it has taken more
+     * than the queue and the holder), so that tw_stop finds it waiting;
+     * the checks below hold either way */
+    struct tw_stats s;
+    for (int ms = 0; ms < 10000; ms++) {
+        tw_stats(t, &s);
+        if (s.fired > 16384 + 1)
+            break;
+        usleep(1000);
+    }
+    usleep(20000);
     assert_int_equal(tw_stop(t, rec_handed, NULL), N - 1);
     pthread_join(w, NULL);
     assert_int_equal(atomic_load(&rec[0].ran), 1);
@@ -585,7 +634,6 @@ static void test_stop_with_full_queue(void **state)
         assert_int_equal(atomic_load(&rec[k].ran), 0);
         assert_int_equal(atomic_load(&rec[k].handed), 1);
     }
-    struct tw_stats s;
     tw_stats(t, &s);
     assert_int_equal(s.fired, 1);
     assert_int_equal(s.drained, N - 1);
@@ -1036,6 +1084,7 @@ int main(void)
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
+        cmocka_unit_test(test_stop_hands_back_taken_periodic),
         cmocka_unit_test(test_stop_with_full_queue),
         cmocka_unit_test(test_concurrent_drains),
         cmocka_unit_test(test_drain_fires_nothing_early),
