@@ -79,7 +79,7 @@ struct tw_purgatory_options {
                                  default 1000 (Kafka's) */
 };
 
-/* Fills the defaults (a threaded timer). */
+/* Fills the defaults (a threaded timer). NULL is a no-op. */
 TW_API void tw_purgatory_options_init(struct tw_purgatory_options *o);
 
 /* Creates a purgatory and its timer. o may be NULL. Returns 0, -EINVAL
@@ -98,16 +98,17 @@ TW_API void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, 
                                  void *arg);
 
 /* The purgatory's timer: for tw_advance (manual), tw_stats, tw_now. Owned
- * by the purgatory: do not destroy it or schedule on it. */
+ * by the purgatory: do not destroy it or schedule on it. NULL for NULL. */
 TW_API tw_timer *tw_purgatory_timer(tw_purgatory *p);
 
 /* Creates an operation that expires timeout_ns after it is watched. ops is
  * not copied (keep it alive); ctx is yours (tw_op_ctx). *out holds one
  * reference: tw_op_release it. Returns 0, -EINVAL (NULL p, ops, out, or a
- * required callback), -ENOMEM. */
+ * required callback), -ENOMEM; on error *out is left as it was. */
 TW_API int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
                         uint64_t timeout_ns, tw_op **out);
 
+/* References, ctx and state; any thread. NULL: a no-op, NULL, false. */
 TW_API void tw_op_retain(tw_op *op);  /* one more reference */
 TW_API void tw_op_release(tw_op *op); /* frees the op with the last one */
 TW_API void *tw_op_ctx(const tw_op *op);
@@ -115,7 +116,7 @@ TW_API bool tw_op_is_completed(const tw_op *op);
 
 /* Completes op: true for exactly one caller, who has run on_complete and
  * cancelled the timeout by the time it returns. Any thread; also from
- * try_complete (the op's lock is recursive). */
+ * try_complete (the op's lock is recursive). false for NULL. */
 TW_API bool tw_op_force_complete(tw_op *op);
 
 /* Tries to complete op; if it cannot, watches it under every key, tries
@@ -139,16 +140,18 @@ TW_API int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, siz
 /* Stops watching key: every op in its list is removed from it, its timeout
  * is cancelled (it will not expire) and it is handed to each(op, arg)
  * (valid during the call), without being completed. Returns how many,
- * 0 for an unknown key. */
+ * 0 for an unknown key (or NULL p or key, or keylen 0). */
 TW_API size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
                                       void (*each)(tw_op *op, void *arg), void *arg);
 
-/* Entries in watch lists (a completed op counts until it is purged). */
+/* Entries in watch lists (a completed op counts until it is purged); 0
+ * for NULL. */
 TW_API uint64_t tw_purgatory_watched(tw_purgatory *p);
-/* Ops whose timeout is pending. */
+/* Ops whose timeout is pending; 0 for NULL. */
 TW_API uint64_t tw_purgatory_delayed(tw_purgatory *p);
 /* Removes completed ops from every watch list now; returns how many
- * entries went. (It also runs by itself past purge_interval.) */
+ * entries went (0 for NULL). (It also runs by itself past
+ * purge_interval.) */
 TW_API size_t tw_purgatory_purge(tw_purgatory *p);
 
 #ifdef __cplusplus

@@ -124,7 +124,8 @@ int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
 
 void tw_op_retain(tw_op *op)
 {
-    atomic_fetch_add_explicit(&op->refs, 1, memory_order_relaxed);
+    if (op)
+        atomic_fetch_add_explicit(&op->refs, 1, memory_order_relaxed);
 }
 
 void tw_op_release(tw_op *op)

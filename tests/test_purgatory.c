@@ -309,6 +309,37 @@ static void test_errors_and_alloc_failure(void **state)
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL); /* twice */
     assert_int_equal(tw_purgatory_check_and_complete(p, NULL, 1), -EINVAL);
     assert_int_equal(tw_purgatory_check_and_complete(NULL, "k", 1), -EINVAL);
+    /* NULL p, op or keys, and an op of another purgatory: -EINVAL, and
+     * the op is left as it was (not watched, not delayed) */
+    tw_purgatory *other = mk_manual(1000);
+    struct req r2 = { 0 };
+    tw_op *foreign = mk_op(other, &r2, SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(NULL, foreign, &k, 1), -EINVAL);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, NULL, &k, 1), -EINVAL);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(other, foreign, NULL, 1), -EINVAL);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, foreign, &k, 1), -EINVAL);
+    assert_int_equal(tw_purgatory_watched(other), 0);
+    assert_int_equal(tw_purgatory_delayed(other), 0);
+    assert_int_equal(tw_purgatory_watched(p), 1); /* op, from above */
+    assert_int_equal(tw_purgatory_try_complete_else_watch(other, foreign, &k, 1), 0);
+    assert_int_equal(tw_purgatory_delayed(other), 1);
+    /* the other calls' NULL answers, as the header gives them */
+    assert_int_equal(tw_purgatory_cancel_key(NULL, "k", 1, NULL, NULL), 0);
+    assert_int_equal(tw_purgatory_cancel_key(p, NULL, 1, NULL, NULL), 0);
+    assert_int_equal(tw_purgatory_cancel_key(p, "k", 0, NULL, NULL), 0);
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    assert_false(tw_op_force_complete(NULL));
+    assert_false(tw_op_is_completed(NULL));
+    assert_null(tw_op_ctx(NULL));
+    assert_null(tw_purgatory_timer(NULL));
+    assert_int_equal(tw_purgatory_watched(NULL), 0);
+    assert_int_equal(tw_purgatory_delayed(NULL), 0);
+    assert_int_equal(tw_purgatory_purge(NULL), 0);
+    tw_op_retain(NULL);
+    tw_op_release(NULL);
+    tw_purgatory_options_init(NULL);
+    tw_op_release(foreign);
+    tw_purgatory_destroy(other, NULL, NULL);
     tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
     tw_purgatory_destroy(NULL, NULL, NULL);
@@ -336,6 +367,27 @@ static void test_errors_and_alloc_failure(void **state)
             break;
         }
         assert_int_equal(rc, -ENOMEM);
+        assert_int_equal(a.live, 0);
+    }
+
+    /* tw_op_create's allocation failing: -ENOMEM, *out untouched, nothing
+     * kept; the next create works */
+    {
+        struct count_alloc a = { 0 };
+        tw_purgatory_options_init(&o);
+        o.timer = manual_opts(&pclock, 0, MS, 64);
+        o.timer.allocator = counting(&a);
+        o.shards = 4;
+        assert_int_equal(tw_purgatory_create(&p, &o), 0);
+        long live = a.live;
+        tw_op *sentinel = (tw_op *)&a, *got = sentinel;
+        a.fail_at = 1;
+        assert_int_equal(tw_op_create(p, &req_ops, &r, SEC, &got), -ENOMEM);
+        assert_ptr_equal(got, sentinel);
+        assert_int_equal(a.live, live);
+        assert_int_equal(tw_op_create(p, &req_ops, &r, SEC, &got), 0);
+        tw_op_release(got);
+        tw_purgatory_destroy(p, NULL, NULL);
         assert_int_equal(a.live, 0);
     }
 
