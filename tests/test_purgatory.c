@@ -65,6 +65,20 @@ static tw_purgatory *mk_manual(uint64_t purge_interval)
     return p;
 }
 
+/* A manual purgatory whose allocations go through a (shards 0: the
+ * default). */
+static tw_purgatory *mk_counted(struct count_alloc *a, uint32_t shards)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.allocator = counting(a);
+    o.shards = shards;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    return p;
+}
+
 static tw_op *mk_op(tw_purgatory *p, struct req *r, uint64_t timeout)
 {
     tw_op *op;
@@ -374,11 +388,7 @@ static void test_errors_and_alloc_failure(void **state)
      * kept; the next create works */
     {
         struct count_alloc a = { 0 };
-        tw_purgatory_options_init(&o);
-        o.timer = manual_opts(&pclock, 0, MS, 64);
-        o.timer.allocator = counting(&a);
-        o.shards = 4;
-        assert_int_equal(tw_purgatory_create(&p, &o), 0);
+        p = mk_counted(&a, 4);
         long live = a.live;
         tw_op *sentinel = (tw_op *)&a, *got = sentinel;
         a.fail_at = 1;
@@ -394,11 +404,7 @@ static void test_errors_and_alloc_failure(void **state)
     /* every allocation of a watch with three keys failing in turn */
     for (long n = 1;; n++) {
         struct count_alloc a = { 0 };
-        tw_purgatory_options_init(&o);
-        o.timer = manual_opts(&pclock, 0, MS, 64);
-        o.timer.allocator = counting(&a);
-        o.shards = 4;
-        assert_int_equal(tw_purgatory_create(&p, &o), 0);
+        p = mk_counted(&a, 4);
         struct req rr = { 0 };
         op = mk_op(p, &rr, 10 * MS);
         struct tw_key keys[3] = { KEY("a"), KEY("b"), KEY("c") };
@@ -494,12 +500,7 @@ static void test_check_snapshot_alloc_failure(void **state)
 {
     (void)state;
     struct count_alloc a = { 0 };
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.timer = manual_opts(&pclock, 0, MS, 64);
-    o.timer.allocator = counting(&a);
-    tw_purgatory *p;
-    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_purgatory *p = mk_counted(&a, 0);
     static struct req r[100]; /* more than the 64 a check snapshots in place */
     struct tw_key k = KEY("hot");
     for (int i = 0; i < 100; i++) {
