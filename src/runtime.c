@@ -75,11 +75,11 @@ struct tw__runtime {
     uint32_t head, count;
     int wstop;
 
-    /* tw_stop */
     /* lateness of the one-shot jobs the workers took (under qmu) */
     uint64_t late_max;
     uint64_t late_hist[TW__LATE_BUCKETS];
 
+    /* tw_stop */
     tw_fn unfired;
     void *unfired_arg; /* what tw_drain_arg returns to unfired */
     _Atomic uint64_t handed;
