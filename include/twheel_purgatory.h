@@ -147,7 +147,10 @@ TW_API size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t k
 /* Entries in watch lists (a completed op counts until it is purged); 0
  * for NULL. */
 TW_API uint64_t tw_purgatory_watched(tw_purgatory *p);
-/* Ops whose timeout is pending; 0 for NULL. */
+/* Ops whose timeout is pending; 0 for NULL. A timeout stops counting when
+ * its expiration starts (as Kafka's numDelayed), so the op's on_complete
+ * and on_expire may still be running when this reads 0:
+ * tw_purgatory_destroy waits for them. */
 TW_API uint64_t tw_purgatory_delayed(tw_purgatory *p);
 /* Removes completed ops from every watch list now; returns how many
  * entries went (0 for NULL). (It also runs by itself past
