@@ -423,6 +423,23 @@ static void settle(tw_timer *t, uint32_t workers)
     assert_int_equal(atomic_load(&last.ran), 1);
 }
 
+/* Starts a held pass that takes a periodic task p (every 10 ms, flags)
+ * right behind the holder: the holder is due at base + 1 ms, p at base +
+ * 2 ms, and the clock moves to base + 2 ms, so the driver takes both in
+ * one batch. gate_reset(until_stop) first. Sets *pid; returns the pass's
+ * thread (join it once released). */
+static pthread_t start_held_with_periodic(tw_timer *t, struct atomic_clock *c,
+                                          struct job_rec *holder, struct job_rec *p,
+                                          int flags, int until_stop, tw_id *pid)
+{
+    uint64_t base = atomic_load(&c->now);
+    gate_reset(until_stop);
+    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, holder, NULL), 0);
+    assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, flags, held_fn, p, pid), 0);
+    atomic_store(&c->now, base + 2 * MS);
+    return start_held_pass(t);
+}
+
 /* A periodic task cancelled after the driver took it, before its callback
  * ran: tw_cancel returns 0, and the callback does not run, now or later. */
 static void test_cancel_taken_periodic(void **state)
@@ -431,15 +448,9 @@ static void test_cancel_taken_periodic(void **state)
     for (uint32_t workers = 0; workers <= 1; workers++) {
         struct atomic_clock c;
         tw_timer *t = mk_fake(&c, workers);
-        uint64_t base = atomic_load(&c.now);
         struct job_rec holder = { .hold = 1 }, p = { 0 };
         tw_id pid;
-        gate_reset(0);
-        /* due a tick apart: the holder is taken first, p right behind it */
-        assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &holder, NULL), 0);
-        assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_RATE, held_fn, &p, &pid), 0);
-        atomic_store(&c.now, base + 2 * MS);
-        pthread_t w = start_held_pass(t);
+        pthread_t w = start_held_with_periodic(t, &c, &holder, &p, TW_FIXED_RATE, 0, &pid);
         assert_int_equal(tw_cancel(t, pid), 0);
         assert_int_equal(tw_cancel(t, pid), -ENOENT);
         atomic_store(&gate.release, 1);
@@ -568,14 +579,8 @@ static void test_stop_hands_back_taken_periodic(void **state)
     for (uint32_t workers = 0; workers <= 1; workers++) {
         struct atomic_clock c;
         tw_timer *t = mk_fake(&c, workers);
-        uint64_t base = atomic_load(&c.now);
         struct job_rec holder = { .hold = 1 }, p = { 0 };
-        gate_reset(1);
-        /* two tasks: the driver takes both in one batch */
-        assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &holder, NULL), 0);
-        assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_DELAY, held_fn, &p, NULL), 0);
-        atomic_store(&c.now, base + 2 * MS);
-        pthread_t w = start_held_pass(t);
+        pthread_t w = start_held_with_periodic(t, &c, &holder, &p, TW_FIXED_DELAY, 1, NULL);
         struct tw_stats s;
         tw_stats(t, &s);
         assert_int_equal(s.fired, 2); /* both taken */
