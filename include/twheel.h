@@ -319,6 +319,13 @@ TW_API const char *tw_strerror(int err);
  * sleeps end on time rather than up to 50 us late; the caller's threads
  * and the workers keep theirs.
  *
+ * Signals: the driver and the workers block every signal except the ones
+ * a fault raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS), so a
+ * process-directed signal (SIGINT, SIGTERM, SIGCHLD, SIGALRM, ...) is
+ * delivered to one of your threads, never to ours, and callbacks run with
+ * that mask (a callback that must take a signal unblocks it itself). The
+ * calling thread's own mask is left as it was.
+ *
  * With an injectable clock the driver sleeps for the clock distance to
  * the next deadline on CLOCK_MONOTONIC; tw_wake() makes it look now.
  */

@@ -34,12 +34,24 @@
  * the queue (queue lock), into the runtime's own figures, which tw_stats
  * adds in.
  *
+ * Signals. The driver and the workers are the library's threads, not the
+ * application's: a process-directed signal (SIGINT, SIGTERM, SIGCHLD, a
+ * timer's SIGALRM) must reach a thread of the application, which may run
+ * its handler or sigwait() for it, and never interrupt a callback on one of
+ * ours. So they start with every signal blocked but the ones a fault
+ * raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS): a crash in a
+ * callback still reaches the application's crash handler, and a blocked
+ * fault signal would kill the process without it. The mask is set around
+ * pthread_create, which copies it into the new thread, rather than by the
+ * thread itself, so no signal can land on a thread in its first moments.
+ *
  * Stopping. tw_stop marks the timer stopped (schedules fail from then
  * on), stops the driver, which finishes the callback it is running and
  * hands back the rest of its batch, stops the workers likewise, hands back
  * what is left in their queue, and finally drains every shard. Every task
  * either ran, was cancelled, or was handed back: nothing is lost. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +398,19 @@ static void name_thread(pthread_t th, const char *name)
 #endif
 }
 
+/* Blocks every signal but the fault signals in the calling thread, and
+ * saves its mask in *old (see "Signals" above). */
+static void block_async_signals(sigset_t *old)
+{
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE,
+                                 SIGILL,  SIGTRAP, SIGSYS};
+    sigset_t set;
+    sigfillset(&set);
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+        sigdelset(&set, faults[i]);
+    pthread_sigmask(SIG_SETMASK, &set, old);
+}
+
 int tw__runtime_start(tw_timer *t, const struct tw_options *o)
 {
     struct tw__runtime *rt = tw__alloc(&t->mem, sizeof(*rt));
@@ -423,6 +448,8 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o)
     t->rt = rt;
 
     int rc = 0;
+    sigset_t caller_mask;
+    block_async_signals(&caller_mask); /* inherited by every thread below */
     if (rt->nworkers) {
         rt->workers = tw__alloc(&t->mem, rt->nworkers * sizeof(pthread_t));
         rt->ring = tw__alloc(&t->mem, QUEUE_CAP * sizeof(struct tw__job));
@@ -441,6 +468,7 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o)
         rt->driver_started = 1;
         name_thread(rt->driver, "tw-driver");
     }
+    pthread_sigmask(SIG_SETMASK, &caller_mask, NULL);
     if (rc) {
         atomic_store(&t->stopped, 1);
         tw__runtime_free(t);

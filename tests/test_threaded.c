@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #endif
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
@@ -924,6 +925,60 @@ static void test_driver_timer_slack(void **state)
 #endif
 }
 
+/* The library's threads take no asynchronous signal: a process-directed
+ * SIGTERM or SIGCHLD must reach one of the application's threads, never
+ * interrupt a callback. A callback on the driver and one on a worker see
+ * every such signal blocked, the fault signals open (a crash must still
+ * reach a crash handler), and the creating thread's own mask untouched. */
+struct mask_probe {
+    sigset_t seen;
+    _Atomic int fired;
+};
+
+static void read_mask(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct mask_probe *p = arg;
+    pthread_sigmask(SIG_SETMASK, NULL, &p->seen);
+    atomic_store(&p->fired, 1);
+}
+
+static void test_threads_block_signals(void **state)
+{
+    (void)state;
+    sigset_t mine, was, now;
+    sigemptyset(&mine);
+    sigaddset(&mine, SIGUSR2);
+    assert_int_equal(pthread_sigmask(SIG_SETMASK, &mine, &was), 0);
+    static const int blocked[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+                                   SIGCHLD, SIGALRM, SIGPIPE, SIGWINCH };
+    static const int open[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
+    for (uint32_t workers = 0; workers <= 2; workers += 2) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        struct mask_probe p = { .fired = 0 };
+        assert_int_equal(tw_schedule(t, 0, read_mask, &p, NULL), 0);
+        atomic_store(&c.now, atomic_load(&c.now) + MS);
+        assert_int_equal(tw_wake(t), 0);
+        for (int i = 0; i < 10000 && !atomic_load(&p.fired); i++)
+            nanosleep(&(struct timespec){ 0, 1000000 }, NULL); /* a worker runs it */
+        assert_int_equal(atomic_load(&p.fired), 1);
+        for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
+            assert_int_equal(sigismember(&p.seen, blocked[i]), 1);
+        assert_int_equal(sigismember(&p.seen, SIGRTMIN), 1);
+        for (size_t i = 0; i < sizeof open / sizeof open[0]; i++)
+            assert_int_equal(sigismember(&p.seen, open[i]), 0);
+        tw_destroy(t);
+        /* ours is as we set it: SIGUSR2 alone */
+        assert_int_equal(pthread_sigmask(SIG_SETMASK, NULL, &now), 0);
+        assert_int_equal(sigismember(&now, SIGUSR2), 1);
+        assert_int_equal(sigismember(&now, SIGINT), 0);
+        assert_int_equal(sigismember(&now, SIGTERM), 0);
+    }
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
+}
+
 /* ---- real time (tolerant) -------------------------------------------- */
 
 struct rtask {
@@ -1097,6 +1152,7 @@ int main(void)
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
+        cmocka_unit_test(test_threads_block_signals),
         cmocka_unit_test(test_kafka_timer_realtime),
         cmocka_unit_test(test_realtime_no_idle_wakeups),
         cmocka_unit_test(test_long_callback_on_worker),
