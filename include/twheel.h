@@ -326,6 +326,13 @@ TW_API const char *tw_strerror(int err);
  * that mask (a callback that must take a signal unblocks it itself). The
  * calling thread's own mask is left as it was.
  *
+ * fork(): the child of a process that holds a threaded timer has no
+ * driver and no workers, and a lock may have been held at the fork. The
+ * child must not call anything on that timer, tw_destroy included (it
+ * would wait for threads that are not there); it may only abandon it, or
+ * exec. A manual timer is plain memory: the child may go on using its
+ * copy, as the parent does its own.
+ *
  * With an injectable clock the driver sleeps for the clock distance to
  * the next deadline on CLOCK_MONOTONIC; tw_wake() makes it look now.
  */

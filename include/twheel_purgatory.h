@@ -84,7 +84,8 @@ TW_API void tw_purgatory_options_init(struct tw_purgatory_options *o);
 
 /* Creates a purgatory and its timer. o may be NULL. Returns 0, -EINVAL
  * (out NULL, shards not a power of two, bad timer options), -ENOMEM, or
- * the timer's errors. */
+ * the timer's errors. With its own (threaded) timer, a purgatory does not
+ * survive fork(): the child must not use it (see twheel.h, "fork()"). */
 TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_options *o);
 
 /* Shuts down: stops the timer (threaded; waits for expirations already
