@@ -398,6 +398,9 @@ static void name_thread(pthread_t th, const char *name)
 #endif
 }
 
+int (*tw__thread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
+                         void *) = pthread_create;
+
 /* Blocks every signal but the fault signals in the calling thread, and
  * saves its mask in *old (see "Signals" above). */
 static void block_async_signals(sigset_t *old)
@@ -456,7 +459,7 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o)
         if (!rt->workers || !rt->ring)
             rc = -ENOMEM;
         for (uint32_t k = 0; !rc && k < rt->nworkers; k++) {
-            if ((rc = -pthread_create(&rt->workers[k], NULL, worker_main, t)))
+            if ((rc = -tw__thread_create(&rt->workers[k], NULL, worker_main, t)))
                 break;
             char name[16];
             snprintf(name, sizeof name, "tw-worker-%u", k % 1000u);
@@ -464,7 +467,7 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o)
             rt->started++;
         }
     }
-    if (!rc && !(rc = -pthread_create(&rt->driver, NULL, driver_main, t))) {
+    if (!rc && !(rc = -tw__thread_create(&rt->driver, NULL, driver_main, t))) {
         rt->driver_started = 1;
         name_thread(rt->driver, "tw-driver");
     }

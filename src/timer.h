@@ -187,6 +187,11 @@ uint64_t tw__shard_next_ns(struct tw__engine *e);
 
 /* Threaded runtime (runtime.c). */
 int tw__runtime_start(tw_timer *t, const struct tw_options *o);
+/* Every thread the runtime starts is started through this (pthread_create
+ * unless a white-box test swaps it to make the Nth start fail, as the
+ * allocator hook does for memory). Not exported. */
+extern int (*tw__thread_create)(pthread_t *th, const pthread_attr_t *attr,
+                                void *(*fn)(void *), void *arg);
 void tw__runtime_kick(tw_timer *t, uint64_t exp_ns);
 /* Adds the lateness of the one-shot jobs the workers took to *max and
  * hist (TW__LATE_BUCKETS counts). */

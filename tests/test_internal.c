@@ -1,14 +1,21 @@
 /* test_internal.c: white-box tests of what the public API cannot reach in
- * a test's time. A slot's 32-bit generation wraps only after 2^30 reuses
+ * a test's time, or at all. A slot's 32-bit generation wraps only after 2^30 reuses
  * of that slot; here the test sets a free slot's generation to the last
  * one before the wrap, then reuses the slot once through each way a task
  * can leave (the manual cancel fast path, firing, a keyed cancel, the
  * threaded cancel) and checks the header's promise: the slot is retired,
- * and no id is ever issued twice. Linked against the static library, so
- * that it can reach the pool. */
+ * and no id is ever issued twice. A thread that cannot be started
+ * (pthread_create failing: no memory for its stack, a thread limit) is
+ * made to happen at each start in turn through the runtime's hook. Linked
+ * against the static library, so that it can reach the pool and the hook. */
 #include "helpers.h"
 
+#include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "twheel_purgatory.h"
 
 #include "timer.h" /* struct tw_timer: the shards and their pools */
 
@@ -169,6 +176,124 @@ static void test_wrap_threaded(void **state)
     tw_destroy(t);
 }
 
+/* ---- a thread that cannot be started ---------------------------------- */
+
+static int start_calls, start_fail_at;
+
+static int failing_start(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                         void *arg)
+{
+    if (++start_calls == start_fail_at)
+        return EAGAIN; /* what pthread_create says at a thread or memory limit */
+    return pthread_create(th, attr, fn, arg);
+}
+
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* The threads a failed create started are gone: joined, so at most the
+ * kernel's last moment of their exit is left to wait for. */
+static void assert_threads_back_to(int before)
+{
+    if (before < 0)
+        return; /* no /proc */
+    for (int i = 0; i < 1000 && count_threads() != before; i++)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    assert_int_equal(count_threads(), before);
+}
+
+static uint64_t atomic_clock_read(void *ctx)
+{
+    return atomic_load((_Atomic uint64_t *)ctx);
+}
+
+static void bump(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    ++*(int *)arg;
+}
+
+/* tw_create fails at each thread start in turn (each worker, then the
+ * driver): it returns the error, leaves *out alone, frees every byte and
+ * joins every thread it started. Then a purgatory whose timer cannot
+ * start. Then, with the hook put back, the same create works. */
+static void test_thread_start_fails(void **state)
+{
+    (void)state;
+    int before = count_threads();
+    for (uint32_t workers = 0; workers <= 3; workers++) {
+        for (int k = 1; k <= (int)workers + 1; k++) {
+            struct count_alloc a = { 0 };
+            struct fake_clock c = { 5 * SEC };
+            struct tw_options o;
+            tw_options_init(&o);
+            o.threaded = 1;
+            o.workers = workers;
+            o.clock = fake_clock_read;
+            o.clock_ctx = &c;
+            o.allocator = counting(&a);
+            tw_timer *t = (tw_timer *)&a; /* must stay as it was */
+            start_calls = 0;
+            start_fail_at = k;
+            tw__thread_create = failing_start;
+            int rc = tw_create(&t, &o);
+            tw__thread_create = pthread_create;
+            assert_int_equal(rc, -EAGAIN);
+            assert_int_equal(start_calls, k); /* nothing started after the failure */
+            assert_ptr_equal(t, (tw_timer *)&a);
+            assert_true(a.allocs > 0);
+            assert_int_equal(a.live, 0);
+            assert_int_equal(a.bytes, 0);
+            assert_threads_back_to(before);
+        }
+    }
+
+    struct count_alloc a = { 0 };
+    struct tw_purgatory_options po;
+    tw_purgatory_options_init(&po);
+    po.timer.workers = 2;
+    po.timer.allocator = counting(&a);
+    tw_purgatory *p = (tw_purgatory *)&a;
+    start_calls = 0;
+    start_fail_at = 3; /* the driver, after both workers */
+    tw__thread_create = failing_start;
+    int rc = tw_purgatory_create(&p, &po);
+    tw__thread_create = pthread_create;
+    assert_int_equal(rc, -EAGAIN);
+    assert_ptr_equal(p, (tw_purgatory *)&a);
+    assert_int_equal(a.live, 0);
+    assert_threads_back_to(before);
+
+    /* the hook put back: the same timer starts and fires */
+    _Atomic uint64_t now = 5 * SEC; /* the driver reads it too */
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.workers = 0;
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &now;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(count_threads(), before < 0 ? -1 : before + 1);
+    int fired = 0;
+    assert_int_equal(tw_schedule(t, 0, bump, &fired, NULL), 0);
+    atomic_store(&now, 5 * SEC + MS);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(fired, 1);
+    tw_destroy(t);
+    assert_threads_back_to(before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -176,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_wrap_on_fire),
         cmocka_unit_test(test_wrap_on_keyed_cancel),
         cmocka_unit_test(test_wrap_threaded),
+        cmocka_unit_test(test_thread_start_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
