@@ -175,7 +175,12 @@ TW_API int tw_create(tw_timer **out, const struct tw_options *o);
 
 /* Destroys a timer; a threaded timer is stopped first (pending tasks are
  * dropped unfired: call tw_stop first to get them back). NULL is a no-op.
- * Must not be called from a callback of the same timer. */
+ * Must not be called from a callback of the same timer (a firing, a
+ * drain's `each`, tw_stop's `unfired`): the loop running the callback
+ * would go on over freed memory, and a void call cannot report it, so it
+ * writes "twheel: tw_destroy called from a callback of the same timer" to
+ * stderr and aborts. Any thread may destroy another timer, from a
+ * callback too. */
 TW_API void tw_destroy(tw_timer *t);
 
 /* Schedules fn(t, id, arg) to run delay_ns after the timer's current time

@@ -94,7 +94,10 @@ TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_opt
  * completed nor expired: their callbacks are not run. The op passed is
  * valid during the call only (tw_op_retain to keep it). Then frees every
  * list; ops the caller still holds stay valid until tw_op_release. Not
- * from a callback of this purgatory. NULL is a no-op. */
+ * from a callback of this purgatory: from on_expire or from unfinished it
+ * writes a message to stderr and aborts (a void call cannot report it,
+ * and going on would free what the caller is running on). NULL is a
+ * no-op. */
 TW_API void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *arg),
                                  void *arg);
 

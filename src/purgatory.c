@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "mem.h"
+#include "timer.h" /* tw__in_callback, tw__misuse */
 #include "purgatory.h"
 
 void *tw__p_alloc(tw_purgatory *p, size_t size)
@@ -341,6 +342,8 @@ void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *a
 {
     if (!p)
         return;
+    if (tw__in_callback(p->timer)) /* an expiration, or `unfinished` itself */
+        tw__misuse("tw_purgatory_destroy called from a callback of the same purgatory");
     p->unfinished = unfinished;
     p->unfinished_arg = arg;
     if (p->threaded)

@@ -99,6 +99,11 @@ struct tw__runtime {
 
 static _Thread_local tw_timer *tls_timer; /* set on driver/worker threads */
 
+int tw__runtime_own_thread(tw_timer *t)
+{
+    return tls_timer == t;
+}
+
 static uint64_t mono_ns(void)
 {
     struct timespec ts;

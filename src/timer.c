@@ -12,6 +12,8 @@
  * it was. Capacity reserved by a failed call is kept for the next one. */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -226,6 +228,10 @@ void tw_destroy(tw_timer *t)
 {
     if (!t)
         return;
+    /* The firing loop, drain or stop that called the callback would go on
+     * over freed memory (and threaded, the driver cannot join itself). */
+    if (tw__in_callback(t))
+        tw__misuse("tw_destroy called from a callback of the same timer");
     if (t->threaded)
         tw__runtime_free(t); /* stops the threads if still running */
     free_shards(t, t->nshards);
@@ -929,6 +935,22 @@ size_t tw_drain(tw_timer *t, tw_fn each, void *arg)
         n += tw__drain_shard(t, s, each);
     tw__drain_leave(&c);
     return n;
+}
+
+int tw__in_callback(tw_timer *t)
+{
+    if (t->threaded ? tw__runtime_own_thread(t) : t->in_dispatch)
+        return 1;
+    for (const struct tw__drain_ctx *c = tls_drain; c; c = c->prev)
+        if (c->t == t)
+            return 1;
+    return 0;
+}
+
+void tw__misuse(const char *what)
+{
+    fprintf(stderr, "twheel: %s\n", what);
+    abort();
 }
 
 void *tw_drain_arg(tw_timer *t)

@@ -197,5 +197,15 @@ void tw__runtime_kick(tw_timer *t, uint64_t exp_ns);
  * hist (TW__LATE_BUCKETS counts). */
 void tw__runtime_late(tw_timer *t, uint64_t *max, uint64_t *hist);
 void tw__runtime_free(tw_timer *t);
+/* 1 on the timer's own driver or worker threads. */
+int tw__runtime_own_thread(tw_timer *t);
+
+/* 1 when the calling thread is inside a callback of t: firing (manual or
+ * threaded), a drain's `each`, or tw_stop's `unfired`. */
+int tw__in_callback(tw_timer *t);
+/* A contract broken in a way no error code can report (a void call, and
+ * going on would run on freed memory): writes "twheel: <what>" to stderr
+ * and aborts. */
+_Noreturn void tw__misuse(const char *what);
 
 #endif

@@ -1,5 +1,5 @@
 /* helpers.h: what every twheel test shares: a manual clock, a counting
- * allocator that can fail on demand, and a firing recorder. */
+ * allocator that can fail on demand, a firing recorder, and a death test. */
 #ifndef TW_TEST_HELPERS_H
 #define TW_TEST_HELPERS_H
 
@@ -10,8 +10,12 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "twheel.h"
 
@@ -125,6 +129,59 @@ static inline void count_fn(tw_timer *t, tw_id id, void *arg)
 static inline void assert_check(tw_timer *t)
 {
     assert_int_equal(tw_check(t, stderr), 0);
+}
+
+/* A death test: runs fn(arg) in a child process and returns 1 if the
+ * child was killed by SIGABRT after writing `msg` to its stderr (a pipe
+ * read here; valgrind's report, when under valgrind, goes there too). A
+ * child that returns from fn exits 0, and one still running after 60 s
+ * dies of SIGALRM: either fails. */
+static inline int aborts_with(void (*fn)(void *), void *arg, const char *msg)
+{
+    int fd[2];
+    if (pipe(fd))
+        return 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        /* cmocka's handlers would catch a crash here and go on running
+         * the rest of the suite in the child */
+        static const int crash[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS, SIGABRT };
+        for (size_t i = 0; i < sizeof crash / sizeof crash[0]; i++)
+            signal(crash[i], SIG_DFL);
+        close(fd[0]);
+        dup2(fd[1], 2);
+        alarm(60); /* a child that hangs instead fails the test (SIGALRM) */
+        fn(arg);
+        _exit(0);
+    }
+    close(fd[1]);
+    static char out[1 << 16];
+    char sink[4096];
+    size_t n = 0;
+    for (;;) { /* read to the end, so that a long report cannot block it */
+        int room = n + 1 < sizeof out;
+        ssize_t k = room ? read(fd[0], out + n, sizeof out - 1 - n)
+                         : read(fd[0], sink, sizeof sink);
+        if (k <= 0)
+            break;
+        if (room)
+            n += (size_t)k;
+    }
+    out[n] = 0;
+    close(fd[0]);
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return 0;
+    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) || !strstr(out, msg)) {
+        fprintf(stderr, "child: %s %d; its stderr:\n%s\n",
+                WIFSIGNALED(st) ? "signal" : "exit",
+                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), out);
+        return 0;
+    }
+    return 1;
 }
 
 #endif

@@ -814,6 +814,62 @@ static void test_drain_from_periodic(void **state)
     tw_destroy(t);
 }
 
+/* tw_destroy from a callback of its own timer cannot return an error
+ * (void) and must not go on: the loop that called the callback would run
+ * over freed memory. It aborts with a message, from a firing and from a
+ * drain. A callback may destroy another timer. */
+static void destroy_timer_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    tw_destroy(t);
+}
+
+static void destroy_other_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    tw_destroy(arg);
+}
+
+static void destroy_in_advance(void *arg)
+{
+    (void)arg;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    tw_schedule(t, MS, destroy_timer_fn, NULL, NULL);
+    tw_schedule(t, MS, noop_fn, NULL, NULL);
+    tw_advance(t, 2 * MS);
+}
+
+static void destroy_in_drain(void *arg)
+{
+    (void)arg;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    tw_schedule(t, MS, noop_fn, NULL, NULL);
+    tw_schedule(t, 2 * MS, noop_fn, NULL, NULL);
+    tw_drain(t, destroy_timer_fn, NULL);
+}
+
+static void test_destroy_from_callback(void **state)
+{
+    (void)state;
+    const char *msg = "twheel: tw_destroy called from a callback of the same timer";
+    assert_true(aborts_with(destroy_in_advance, NULL, msg));
+    assert_true(aborts_with(destroy_in_drain, NULL, msg));
+
+    struct fake_clock c1, c2;
+    tw_timer *t = mk(&c1, 0, MS, 64), *other = mk(&c2, 0, MS, 64);
+    int fired = 0;
+    assert_int_equal(tw_schedule(other, MS, count_fn, &fired, NULL), 0);
+    assert_int_equal(tw_schedule(t, MS, destroy_other_fn, other, NULL), 0);
+    assert_int_equal(tw_advance(t, MS), 1);
+    assert_int_equal(fired, 0); /* other is gone, its task dropped */
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
 static void test_stats_and_misc(void **state)
 {
     (void)state;
@@ -981,6 +1037,7 @@ int main(void)
         cmocka_unit_test(test_next_deadline_loop),
         cmocka_unit_test(test_drain),
         cmocka_unit_test(test_drain_from_periodic),
+        cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_stats_and_misc),
         cmocka_unit_test(test_ids_never_reissued),
         cmocka_unit_test(test_capacity_preallocates),

@@ -307,6 +307,68 @@ static void test_destroy_hands_back(void **state)
     }
 }
 
+/* tw_purgatory_destroy from an expiration or from its own `unfinished`
+ * callback would free the lists and the timer under the loop running it:
+ * it aborts with a message. */
+static tw_purgatory *doomed;
+
+static bool never_try(tw_op *op)
+{
+    (void)op;
+    return false;
+}
+
+static void nothing_op(tw_op *op)
+{
+    (void)op;
+}
+
+static void destroy_doomed(tw_op *op)
+{
+    (void)op;
+    tw_purgatory_destroy(doomed, NULL, NULL);
+}
+
+static void destroy_doomed_unfinished(tw_op *op, void *arg)
+{
+    (void)arg;
+    destroy_doomed(op);
+}
+
+static const struct tw_op_ops doomed_ops = { never_try, nothing_op, destroy_doomed };
+
+static void watch_one(void)
+{
+    doomed = mk_manual(1000);
+    tw_op *op;
+    tw_op_create(doomed, &doomed_ops, NULL, MS, &op);
+    struct tw_key k = KEY("k");
+    tw_purgatory_try_complete_else_watch(doomed, op, &k, 1);
+    tw_op_release(op);
+}
+
+static void destroy_while_expiring(void *arg)
+{
+    (void)arg;
+    watch_one();
+    tw_advance(tw_purgatory_timer(doomed), 10 * MS);
+}
+
+static void destroy_while_destroying(void *arg)
+{
+    (void)arg;
+    watch_one();
+    tw_purgatory_destroy(doomed, destroy_doomed_unfinished, NULL);
+}
+
+static void test_destroy_from_callback(void **state)
+{
+    (void)state;
+    const char *msg = "twheel: tw_purgatory_destroy called from a callback of the same purgatory";
+    assert_true(aborts_with(destroy_while_expiring, NULL, msg));
+    assert_true(aborts_with(destroy_while_destroying, NULL, msg));
+}
+
 static void test_errors_and_alloc_failure(void **state)
 {
     (void)state;
@@ -764,6 +826,7 @@ int main(void)
         cmocka_unit_test(test_cancel_key),
         cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
+        cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_errors_and_alloc_failure),
         cmocka_unit_test(test_completed_ops_are_purged),
         cmocka_unit_test(test_long_list_all_completed),

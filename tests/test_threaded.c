@@ -979,6 +979,44 @@ static void test_threads_block_signals(void **state)
     pthread_sigmask(SIG_SETMASK, &was, NULL);
 }
 
+/* tw_destroy from a callback of its own threaded timer (the driver cannot
+ * join itself; a worker would free what the driver is using) aborts with
+ * a message: on the driver, on a worker, and from tw_stop's `unfired`. */
+static void destroy_own(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    tw_destroy(t);
+}
+
+static void destroy_while_firing(void *arg)
+{
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, (uint32_t)(uintptr_t)arg);
+    tw_schedule(t, 0, destroy_own, NULL, NULL);
+    atomic_store(&c.now, atomic_load(&c.now) + MS);
+    tw_wake(t);
+    sleep(10); /* a worker aborts the process meanwhile */
+}
+
+static void destroy_while_stopping(void *arg)
+{
+    (void)arg;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    tw_schedule(t, SEC, noop_fn, NULL, NULL);
+    tw_stop(t, destroy_own, NULL);
+}
+
+static void test_destroy_from_callback_threaded(void **state)
+{
+    (void)state;
+    const char *msg = "twheel: tw_destroy called from a callback of the same timer";
+    assert_true(aborts_with(destroy_while_firing, (void *)0, msg));
+    assert_true(aborts_with(destroy_while_firing, (void *)1, msg));
+    assert_true(aborts_with(destroy_while_stopping, NULL, msg));
+}
+
 /* ---- real time (tolerant) -------------------------------------------- */
 
 struct rtask {
@@ -1153,6 +1191,7 @@ int main(void)
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
         cmocka_unit_test(test_threads_block_signals),
+        cmocka_unit_test(test_destroy_from_callback_threaded),
         cmocka_unit_test(test_kafka_timer_realtime),
         cmocka_unit_test(test_realtime_no_idle_wakeups),
         cmocka_unit_test(test_long_callback_on_worker),
