@@ -442,7 +442,8 @@ static pthread_t start_held_with_periodic(tw_timer *t, struct atomic_clock *c,
 }
 
 /* A periodic task cancelled after the driver took it, before its callback
- * ran: tw_cancel returns 0, and the callback does not run, now or later. */
+ * ran: tw_cancel returns 0, a drain meanwhile does not hand it back, and
+ * the callback does not run, now or later. */
 static void test_cancel_taken_periodic(void **state)
 {
     (void)state;
@@ -454,6 +455,10 @@ static void test_cancel_taken_periodic(void **state)
         pthread_t w = start_held_with_periodic(t, &c, &holder, &p, TW_FIXED_RATE, 0, &pid);
         assert_int_equal(tw_cancel(t, pid), 0);
         assert_int_equal(tw_cancel(t, pid), -ENOENT);
+        /* a drain meanwhile passes over it: it is cancelled, not pending */
+        int given = 0;
+        assert_int_equal(tw_drain(t, count_fn, &given), 0);
+        assert_int_equal(given, 0);
         atomic_store(&gate.release, 1);
         void *rc;
         pthread_join(w, &rc);
@@ -470,6 +475,7 @@ static void test_cancel_taken_periodic(void **state)
         tw_stats(t, &s);
         assert_int_equal(s.fired, 1 + 2 * workers); /* the holder (and settle's) */
         assert_int_equal(s.cancelled, 1);
+        assert_int_equal(s.drained, 0);
         assert_int_equal(s.pending, 0);
         assert_check(t);
         tw_destroy(t);
