@@ -55,6 +55,10 @@ extern "C" {
 #define TW_VERSION_MAJOR 0
 #define TW_VERSION_MINOR 1
 #define TW_VERSION_PATCH 0
+/* The version these headers describe, as one number; compare it with
+ * tw_version() to see which library was loaded. */
+#define TW_VERSION_HEX \
+    ((TW_VERSION_MAJOR << 16) | (TW_VERSION_MINOR << 8) | TW_VERSION_PATCH)
 
 typedef struct tw_timer tw_timer;
 
@@ -300,6 +304,12 @@ TW_API int tw_check(tw_timer *t, FILE *report);
  * the functions above document has its own; any other gets "unknown
  * error". Thread-safe. */
 TW_API const char *tw_strerror(int err);
+
+/* The version of the library loaded at run time, as TW_VERSION_HEX:
+ * (major << 16) | (minor << 8) | patch. A program built against these
+ * headers may check that the shared library it runs with is not older.
+ * Thread-safe. */
+TW_API unsigned tw_version(void);
 
 /*
  * Threaded mode (options.threaded = 1).

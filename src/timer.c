@@ -1024,6 +1024,19 @@ void tw_stats(tw_timer *t, struct tw_stats *s)
         s->late_p99_ns = s->late_max_ns;
 }
 
+/* meson.build's project version and the header's macros are one
+ * version: the build passes the former in and fails when they differ. */
+#if defined(TW__PROJECT_MAJOR) &&                                            \
+    (TW__PROJECT_MAJOR != TW_VERSION_MAJOR || TW__PROJECT_MINOR != TW_VERSION_MINOR || \
+     TW__PROJECT_PATCH != TW_VERSION_PATCH)
+#error "meson.build's version and twheel.h's TW_VERSION_* differ"
+#endif
+
+unsigned tw_version(void)
+{
+    return TW_VERSION_HEX;
+}
+
 const char *tw_strerror(int err)
 {
     switch (err) {

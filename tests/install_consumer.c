@@ -27,5 +27,11 @@ int main(void)
     printf("consumer: %d timers fired over %llu ms of timer time\n", fired,
            (unsigned long long)((tw_now(t) - start) / 1000000));
     tw_destroy(t);
+    /* the library it runs with is the one these headers describe; the
+     * script compares the version printed with pkg-config's */
+    if (tw_version() != TW_VERSION_HEX)
+        return 4;
+    printf("consumer: version %u.%u.%u\n", tw_version() >> 16, (tw_version() >> 8) & 0xff,
+           tw_version() & 0xff);
     return fired == 1000 ? 0 : 3;
 }

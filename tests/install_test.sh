@@ -13,7 +13,11 @@ flags=$(pkg-config --cflags --libs twheel)
 echo "pkg-config: $flags"
 ${CC:-cc} -std=c11 -Wall -Werror -o "$tmp/consumer" "$src" $flags
 libdir=$(pkg-config --libs-only-L twheel | sed 's/^ *-L//; s/ *$//')
-LD_LIBRARY_PATH="$libdir" "$tmp/consumer"
+out=$(LD_LIBRARY_PATH="$libdir" "$tmp/consumer")
+echo "$out"
+# pkg-config, the headers and the library agree on the version
+echo "$out" | grep -qx "consumer: version $(pkg-config --modversion twheel)" ||
+  { echo "version differs from pkg-config's $(pkg-config --modversion twheel)"; exit 1; }
 # the SONAME is versioned
 readelf -d "$libdir/libtwheel.so" | grep -q 'SONAME.*libtwheel\.so\.0'
 echo "ok: installed, found by pkg-config, SONAME libtwheel.so.0"

@@ -909,6 +909,11 @@ static void test_stats_and_misc(void **state)
     assert_string_equal(tw_strerror(-ENOENT), "no such pending task");
     assert_string_equal(tw_strerror(-EINVAL), "invalid argument");
     assert_string_equal(tw_strerror(12345), "unknown error");
+    /* the library's version is the headers' */
+    assert_int_equal(tw_version(), TW_VERSION_HEX);
+    assert_int_equal(tw_version() >> 16, TW_VERSION_MAJOR);
+    assert_int_equal((tw_version() >> 8) & 0xff, TW_VERSION_MINOR);
+    assert_int_equal(tw_version() & 0xff, TW_VERSION_PATCH);
     /* every documented code has its own description */
     int codes[] = { 0, -EINVAL, -ENOMEM, -ENOENT, -EAGAIN, -EDEADLK, -EPERM,
                     -ESHUTDOWN, -EALREADY, -EFAULT };
