@@ -426,6 +426,20 @@ static void test_errors_and_alloc_failure(void **state)
     o.shards = 1u << 17;
     assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
     assert_int_equal(tw_purgatory_create(NULL, NULL), -EINVAL);
+    /* bad timer options: refused before anything is made, *out untouched */
+    tw_purgatory_options_init(&o);
+    struct count_alloc half = { 0 };
+    o.timer.allocator = counting(&half);
+    o.timer.allocator.free = NULL; /* one function of the two */
+    tw_purgatory *untouched = (tw_purgatory *)&half;
+    assert_int_equal(tw_purgatory_create(&untouched, &o), -EINVAL);
+    assert_int_equal(half.allocs, 0);
+    tw_purgatory_options_init(&o);
+    o.timer.allocator = counting(&half);
+    o.timer.wheel_size = 3;
+    assert_int_equal(tw_purgatory_create(&untouched, &o), -EINVAL);
+    assert_ptr_equal(untouched, (tw_purgatory *)&half);
+    assert_int_equal(half.live, 0);
 
     /* every allocation of create failing in turn: -ENOMEM, nothing kept */
     for (long n = 1;; n++) {
