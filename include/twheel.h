@@ -100,7 +100,10 @@ struct tw_options {
     uint32_t shards;              /* threaded only: independent engine
                                      shards, each with its own lock,
                                      rounded up to a power of two, at
-                                     most 64; 0 = four per CPU (4 .. 64) */
+                                     most 64; 0 = four per CPU the
+                                     creating thread may run on (its
+                                     affinity: a cpuset, taskset),
+                                     4 .. 64 */
     uint64_t capacity;            /* tasks to make room for at creation
                                      (0 = grow on demand; threaded: shared
                                      out over the shards). A full pool

@@ -12,6 +12,7 @@
  * it was. Capacity reserved by a failed call is kept for the next one. */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,19 @@ static int check_options(const struct tw_options *o)
     return 0;
 }
 
+/* The CPUs the calling thread may run on (a container's cpuset, taskset),
+ * not all the machine's: more shards than that only spread the same
+ * threads thinner. */
+static long usable_cpus(void)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+#endif
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 static uint32_t choose_shards(const struct tw_options *o)
 {
     if (!o->threaded)
@@ -121,7 +135,7 @@ static uint32_t choose_shards(const struct tw_options *o)
          * one shard per CPU, 8 threads on 2 CPUs share each lock four
          * ways; a holder preempted mid-operation then stalls the others
          * for a time slice (W5 measured 0.49x of 2 threads). */
-        want = 4 * sysconf(_SC_NPROCESSORS_ONLN);
+        want = 4 * usable_cpus();
         if (want < 4)
             want = 4;
         if (want > 64)

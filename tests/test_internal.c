@@ -11,6 +11,7 @@
 #include "helpers.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -294,6 +295,46 @@ static void test_thread_start_fails(void **state)
     assert_threads_back_to(before);
 }
 
+/* Default shards: four per CPU the creating thread may run on, in 4 ..
+ * 64, a power of two. Pinned to one CPU, a timer gets 4, however many the
+ * machine has. */
+static uint32_t default_shards(void)
+{
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    uint32_t n = t->nshards;
+    tw_destroy(t);
+    return n;
+}
+
+static void test_default_shards_follow_affinity(void **state)
+{
+    (void)state;
+#ifdef __linux__
+    cpu_set_t was, one;
+    assert_int_equal(sched_getaffinity(0, sizeof was, &was), 0);
+    uint32_t want = 1;
+    while (want < 4u * (uint32_t)CPU_COUNT(&was))
+        want <<= 1;
+    want = want < 4 ? 4 : want > 64 ? 64 : want;
+    assert_int_equal(default_shards(), want);
+    int first = 0;
+    while (!CPU_ISSET(first, &was))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    uint32_t pinned = default_shards();
+    assert_int_equal(sched_setaffinity(0, sizeof was, &was), 0);
+    assert_int_equal(pinned, 4);
+#else
+    skip();
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -302,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_wrap_on_keyed_cancel),
         cmocka_unit_test(test_wrap_threaded),
         cmocka_unit_test(test_thread_start_fails),
+        cmocka_unit_test(test_default_shards_follow_affinity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
