@@ -340,7 +340,8 @@ TW_API unsigned tw_version(void);
  * and the workers keep theirs.
  *
  * Signals: the driver and the workers block every signal except the ones
- * a fault raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS), so a
+ * a fault raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) and
+ * SIGPROF (so that a sampling profiler sees the callbacks), so a
  * process-directed signal (SIGINT, SIGTERM, SIGCHLD, SIGALRM, ...) is
  * delivered to one of your threads, never to ours, and callbacks run with
  * that mask (a callback that must take a signal unblocks it itself). The

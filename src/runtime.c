@@ -39,9 +39,11 @@
  * timer's SIGALRM) must reach a thread of the application, which may run
  * its handler or sigwait() for it, and never interrupt a callback on one of
  * ours. So they start with every signal blocked but the ones a fault
- * raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS): a crash in a
- * callback still reaches the application's crash handler, and a blocked
- * fault signal would kill the process without it. The mask is set around
+ * raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) and SIGPROF:
+ * a crash in a callback still reaches the application's crash handler (a
+ * blocked fault signal would kill the process without it), and a sampling
+ * profiler (setitimer's or a per-thread timer's SIGPROF) still sees where
+ * the callbacks spend their time. The mask is set around
  * pthread_create, which copies it into the new thread, rather than by the
  * thread itself, so no signal can land on a thread in its first moments.
  *
@@ -406,16 +408,16 @@ static void name_thread(pthread_t th, const char *name)
 int (*tw__thread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
                          void *) = pthread_create;
 
-/* Blocks every signal but the fault signals in the calling thread, and
- * saves its mask in *old (see "Signals" above). */
+/* Blocks every signal but the fault signals and SIGPROF in the calling
+ * thread, and saves its mask in *old (see "Signals" above). */
 static void block_async_signals(sigset_t *old)
 {
-    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE,
-                                 SIGILL,  SIGTRAP, SIGSYS};
+    static const int open[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+                               SIGTRAP, SIGSYS, SIGPROF};
     sigset_t set;
     sigfillset(&set);
-    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
-        sigdelset(&set, faults[i]);
+    for (size_t i = 0; i < sizeof open / sizeof open[0]; i++)
+        sigdelset(&set, open[i]);
     pthread_sigmask(SIG_SETMASK, &set, old);
 }
 

@@ -935,7 +935,8 @@ static void test_driver_timer_slack(void **state)
  * SIGTERM or SIGCHLD must reach one of the application's threads, never
  * interrupt a callback. A callback on the driver and one on a worker see
  * every such signal blocked, the fault signals open (a crash must still
- * reach a crash handler), and the creating thread's own mask untouched. */
+ * reach a crash handler) and SIGPROF (a sampling profiler must still see
+ * the callbacks), and the creating thread's own mask untouched. */
 struct mask_probe {
     sigset_t seen;
     _Atomic int fired;
@@ -959,7 +960,7 @@ static void test_threads_block_signals(void **state)
     assert_int_equal(pthread_sigmask(SIG_SETMASK, &mine, &was), 0);
     static const int blocked[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
                                    SIGCHLD, SIGALRM, SIGPIPE, SIGWINCH };
-    static const int open[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
+    static const int open[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGPROF };
     for (uint32_t workers = 0; workers <= 2; workers += 2) {
         struct atomic_clock c;
         tw_timer *t = mk_fake(&c, workers);
