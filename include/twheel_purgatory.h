@@ -94,10 +94,12 @@ TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_opt
  * completed nor expired: their callbacks are not run. The op passed is
  * valid during the call only (tw_op_retain to keep it). Then frees every
  * list; ops the caller still holds stay valid until tw_op_release. Not
- * from a callback of this purgatory: from on_expire or from unfinished it
- * writes a message to stderr and aborts (a void call cannot report it,
- * and going on would free what the caller is running on). NULL is a
- * no-op. */
+ * from a callback of this purgatory. From one its timer runs (an expiring
+ * op's on_complete and on_expire) or from unfinished it writes a message
+ * to stderr and aborts (a void call cannot report it, and going on would
+ * free what the caller is running on); from on_complete run by your own
+ * call to check_and_complete or force_complete it cannot tell, and the
+ * call that ran it would go on over freed memory. NULL is a no-op. */
 TW_API void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *arg),
                                  void *arg);
 

@@ -412,12 +412,12 @@ int (*tw__thread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
  * thread, and saves its mask in *old (see "Signals" above). */
 static void block_async_signals(sigset_t *old)
 {
-    static const int open[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL,
-                               SIGTRAP, SIGSYS, SIGPROF};
+    static const int deliverable[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+                                      SIGTRAP, SIGSYS, SIGPROF};
     sigset_t set;
     sigfillset(&set);
-    for (size_t i = 0; i < sizeof open / sizeof open[0]; i++)
-        sigdelset(&set, open[i]);
+    for (size_t i = 0; i < sizeof deliverable / sizeof deliverable[0]; i++)
+        sigdelset(&set, deliverable[i]);
     pthread_sigmask(SIG_SETMASK, &set, old);
 }
 

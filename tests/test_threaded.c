@@ -960,7 +960,7 @@ static void test_threads_block_signals(void **state)
     assert_int_equal(pthread_sigmask(SIG_SETMASK, &mine, &was), 0);
     static const int blocked[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
                                    SIGCHLD, SIGALRM, SIGPIPE, SIGWINCH };
-    static const int open[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGPROF };
+    static const int deliverable[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGPROF };
     for (uint32_t workers = 0; workers <= 2; workers += 2) {
         struct atomic_clock c;
         tw_timer *t = mk_fake(&c, workers);
@@ -974,8 +974,8 @@ static void test_threads_block_signals(void **state)
         for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
             assert_int_equal(sigismember(&p.seen, blocked[i]), 1);
         assert_int_equal(sigismember(&p.seen, SIGRTMIN), 1);
-        for (size_t i = 0; i < sizeof open / sizeof open[0]; i++)
-            assert_int_equal(sigismember(&p.seen, open[i]), 0);
+        for (size_t i = 0; i < sizeof deliverable / sizeof deliverable[0]; i++)
+            assert_int_equal(sigismember(&p.seen, deliverable[i]), 0);
         tw_destroy(t);
         /* ours is as we set it: SIGUSR2 alone */
         assert_int_equal(pthread_sigmask(SIG_SETMASK, NULL, &now), 0);
