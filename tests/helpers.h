@@ -1,5 +1,6 @@
-/* helpers.h: what every twheel test shares: a manual clock, a counting
- * allocator that can fail on demand, a firing recorder, and a death test. */
+/* helpers.h: what every twheel test shares: a manual clock (and an atomic
+ * one for threaded timers), a counting allocator that can fail on demand,
+ * a firing recorder, a thread counter, and a death test. */
 #ifndef TW_TEST_HELPERS_H
 #define TW_TEST_HELPERS_H
 
@@ -9,8 +10,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,55 @@ struct fake_clock {
 static inline uint64_t fake_clock_read(void *ctx)
 {
     return ((struct fake_clock *)ctx)->now;
+}
+
+/* The same for a threaded timer, whose driver reads the clock too. */
+struct atomic_clock {
+    _Atomic uint64_t now;
+};
+
+static inline uint64_t atomic_clock_read(void *ctx)
+{
+    return atomic_load(&((struct atomic_clock *)ctx)->now);
+}
+
+/* A threaded timer (callbacks on `workers` threads, 0: on the driver) on
+ * an atomic clock set to 1000 s; tw_wake makes it look. */
+static inline tw_timer *mk_fake(struct atomic_clock *c, uint32_t workers)
+{
+    struct tw_options o;
+    tw_options_init(&o);
+    atomic_store(&c->now, 1000 * SEC);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = c;
+    o.threaded = 1;
+    o.workers = workers;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    return t;
+}
+
+/* The process's threads whose name starts with prefix ("": all of them),
+ * or -1 without /proc. */
+static inline int count_threads_named(const char *prefix)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[300], name[32] = { 0 };
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(name, sizeof name, f) && !strncmp(name, prefix, strlen(prefix)))
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
 }
 
 /* A counting allocator: fail_at = k makes the k-th allocation from now on

@@ -10,10 +10,8 @@
  * against the static library, so that it can reach the pool and the hook. */
 #include "helpers.h"
 
-#include <dirent.h>
 #include <sched.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <time.h>
 
 #include "twheel_purgatory.h"
@@ -189,39 +187,15 @@ static int failing_start(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(
     return pthread_create(th, attr, fn, arg);
 }
 
-static int count_threads(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return -1;
-    int n = 0;
-    for (struct dirent *de; (de = readdir(d));)
-        n += de->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 /* The threads a failed create started are gone: joined, so at most the
  * kernel's last moment of their exit is left to wait for. */
 static void assert_threads_back_to(int before)
 {
     if (before < 0)
         return; /* no /proc */
-    for (int i = 0; i < 1000 && count_threads() != before; i++)
+    for (int i = 0; i < 1000 && count_threads_named("") != before; i++)
         nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
-    assert_int_equal(count_threads(), before);
-}
-
-static uint64_t atomic_clock_read(void *ctx)
-{
-    return atomic_load((_Atomic uint64_t *)ctx);
-}
-
-static void bump(tw_timer *t, tw_id id, void *arg)
-{
-    (void)t;
-    (void)id;
-    ++*(int *)arg;
+    assert_int_equal(count_threads_named(""), before);
 }
 
 /* tw_create fails at each thread start in turn (each worker, then the
@@ -231,7 +205,7 @@ static void bump(tw_timer *t, tw_id id, void *arg)
 static void test_thread_start_fails(void **state)
 {
     (void)state;
-    int before = count_threads();
+    int before = count_threads_named("");
     for (uint32_t workers = 0; workers <= 3; workers++) {
         for (int k = 1; k <= (int)workers + 1; k++) {
             struct count_alloc a = { 0 };
@@ -275,20 +249,13 @@ static void test_thread_start_fails(void **state)
     assert_int_equal(a.live, 0);
     assert_threads_back_to(before);
 
-    /* the hook put back: the same timer starts and fires */
-    _Atomic uint64_t now = 5 * SEC; /* the driver reads it too */
-    struct tw_options o;
-    tw_options_init(&o);
-    o.threaded = 1;
-    o.workers = 0;
-    o.clock = atomic_clock_read;
-    o.clock_ctx = &now;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    assert_int_equal(count_threads(), before < 0 ? -1 : before + 1);
+    /* the hook put back: a timer starts and fires */
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    assert_int_equal(count_threads_named(""), before < 0 ? -1 : before + 1);
     int fired = 0;
-    assert_int_equal(tw_schedule(t, 0, bump, &fired, NULL), 0);
-    atomic_store(&now, 5 * SEC + MS);
+    assert_int_equal(tw_schedule(t, 0, count_fn, &fired, NULL), 0);
+    atomic_fetch_add(&c.now, MS);
     assert_int_equal(tw_wake(t), 0);
     assert_int_equal(fired, 1);
     tw_destroy(t);

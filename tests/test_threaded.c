@@ -5,7 +5,6 @@
  * and "never early" is the only strict check). */
 #include "helpers.h"
 
-#include <dirent.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -16,34 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-struct atomic_clock {
-    _Atomic uint64_t now;
-};
-
-static uint64_t atomic_clock_read(void *ctx)
-{
-    return atomic_load(&((struct atomic_clock *)ctx)->now);
-}
-
 static uint64_t mono(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static tw_timer *mk_fake(struct atomic_clock *c, uint32_t workers)
-{
-    struct tw_options o;
-    tw_options_init(&o);
-    atomic_store(&c->now, 1000 * SEC);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = c;
-    o.threaded = 1;
-    o.workers = workers;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    return t;
 }
 
 /* A task that checks it never fires before its deadline on the fake clock. */
@@ -860,27 +836,6 @@ static void test_threaded_misc(void **state)
     assert_int_equal(tw_create(&t, &o), 0);
     assert_int_equal(tw_wake(t), -EINVAL); /* manual */
     tw_destroy(t);
-}
-
-static int count_threads_named(const char *prefix)
-{
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char path[300], name[32] = { 0 };
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        if (fgets(name, sizeof name, f) && !strncmp(name, prefix, strlen(prefix)))
-            n++;
-        fclose(f);
-    }
-    closedir(d);
-    return n;
 }
 
 static void test_thread_names(void **state)
