@@ -161,9 +161,8 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
      * periodic one also by a cancel or drain): its lateness is recorded
      * only once it is sure to run (runtime.c, "Lateness"), so that
      * tw_stats measures what fired. Manual mode runs it next. */
-    if (t->threaded)
-        j->late = late;
-    else
+    j->late = late;
+    if (!t->threaded)
         tw__late_record(e, late);
     if (j->x)
         return 0;
