@@ -211,8 +211,12 @@ static int heap_open(struct backend *b, size_t cap, uint64_t now)
     q->cap = cap;
     q->h = malloc(cap * sizeof(*q->h));
     q->nodes = malloc(cap * sizeof(*q->nodes));
-    if (!q->h || !q->nodes)
+    if (!q->h || !q->nodes) {
+        free(q->h);
+        free(q->nodes);
+        free(q);
         return -ENOMEM;
+    }
     for (uint32_t k = 0; k < cap; k++)
         q->nodes[k].next_free = k + 1;
     q->now = now;
@@ -373,8 +377,12 @@ static int pheap_open(struct backend *b, size_t cap, uint64_t now)
     q->cap = cap;
     q->h = malloc(cap * sizeof(*q->h));
     q->nodes = malloc(cap * sizeof(*q->nodes));
-    if (!q->h || !q->nodes)
+    if (!q->h || !q->nodes) {
+        free(q->h);
+        free(q->nodes);
+        free(q);
         return -ENOMEM;
+    }
     for (uint32_t k = 0; k < cap; k++)
         q->nodes[k].next_free = k + 1;
     q->now = now;
@@ -487,8 +495,10 @@ static int hw_open(struct backend *b, size_t cap, uint64_t now)
     if (!w)
         return -ENOMEM;
     w->nodes = malloc(cap * sizeof(*w->nodes));
-    if (!w->nodes)
+    if (!w->nodes) {
+        free(w);
         return -ENOMEM;
+    }
     for (uint32_t k = 0; k < cap; k++)
         w->nodes[k].next = k + 1;
     for (uint32_t s = 0; s < HW_SLOTS; s++)
@@ -625,17 +635,32 @@ static void lev_cb(evutil_socket_t fd, short what, void *p)
     bench_fired(lev_current->args[k]);
 }
 
+static void lev_close_impl(struct lev *l)
+{
+    event_base_free(l->base); /* pending timers are dropped with the base */
+    free(l->evs);
+    free(l->args);
+    free(l->free);
+    free(l);
+}
+
 static int lev_open(struct backend *b, size_t cap, uint64_t now)
 {
     (void)now;
     struct lev *l = calloc(1, sizeof(*l));
-    if (!l || !(l->base = event_base_new()))
+    if (!l)
         return -ENOMEM;
+    if (!(l->base = event_base_new())) {
+        free(l);
+        return -ENOMEM;
+    }
     l->evs = calloc(cap, sizeof(*l->evs));
     l->args = calloc(cap, sizeof(*l->args));
     l->free = malloc(cap * sizeof(*l->free));
-    if (!l->evs || !l->args || !l->free)
+    if (!l->evs || !l->args || !l->free) {
+        lev_close_impl(l);
         return -ENOMEM;
+    }
     for (uint32_t k = 0; k < cap; k++)
         l->free[k] = (uint32_t)(cap - 1 - k);
     l->nfree = (uint32_t)cap;
@@ -646,12 +671,7 @@ static int lev_open(struct backend *b, size_t cap, uint64_t now)
 
 static void lev_close(struct backend *b)
 {
-    struct lev *l = b->impl;
-    event_base_free(l->base); /* pending timers are dropped with the base */
-    free(l->evs);
-    free(l->args);
-    free(l->free);
-    free(l);
+    lev_close_impl(b->impl);
 }
 
 static void lev_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
@@ -726,13 +746,22 @@ static int luv_open(struct backend *b, size_t cap, uint64_t now)
 {
     (void)now;
     struct luv *l = calloc(1, sizeof(*l));
-    if (!l || uv_loop_init(&l->loop))
+    if (!l)
         return -ENOMEM;
+    if (uv_loop_init(&l->loop)) {
+        free(l);
+        return -ENOMEM;
+    }
     l->loop.data = l;
     l->timers = calloc(cap, sizeof(*l->timers));
     l->free = malloc(cap * sizeof(*l->free));
-    if (!l->timers || !l->free)
+    if (!l->timers || !l->free) {
+        uv_loop_close(&l->loop);
+        free(l->timers);
+        free(l->free);
+        free(l);
         return -ENOMEM;
+    }
     for (uint32_t k = 0; k < cap; k++) {
         uv_timer_init(&l->loop, &l->timers[k]);
         l->free[k] = (uint32_t)(cap - 1 - k);

@@ -367,8 +367,9 @@ static void run_w1(void)
     static const size_t sweep_quick[] = { 1000, 10000, 100000 };
     const size_t *sweep = cfg.quick ? sweep_quick : sweep_full;
     int nsweep = cfg.quick ? 3 : 5;
+    const size_t one[1] = { cfg.w1_n }; /* --n: that N alone */
     if (cfg.w1_n) {
-        sweep = &cfg.w1_n;
+        sweep = one;
         nsweep = 1;
     }
     size_t m = cfg.quick ? 200000 : 5000000;
@@ -958,7 +959,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: twheel-bench [--quick] [--only w1,w1r,floor,w2,w3,w4,w5] [--backends a,b]\n"
-            "                    [--reps N] [--out PREFIX] [--callgrind N]\n"
+            "                    [--reps N (1..9, default 3)] [--out PREFIX] [--callgrind N]\n"
             "                    [--n N]  (W1 at this N only)\n");
     exit(2);
 }
@@ -978,8 +979,9 @@ int main(int argc, char **argv)
             cfg.backends = argv[++k];
         else if (!strcmp(argv[k], "--out") && k + 1 < argc)
             cfg.out = argv[++k];
-        else if (!strcmp(argv[k], "--reps") && k + 1 < argc)
-            cfg.reps = atoi(argv[++k]) > 0 && atoi(argv[k]) <= 9 ? atoi(argv[k]) : 3;
+        else if (!strcmp(argv[k], "--reps") && k + 1 < argc &&
+                 atoi(argv[k + 1]) >= 1 && atoi(argv[k + 1]) <= 9)
+            cfg.reps = atoi(argv[++k]);
         else if (!strcmp(argv[k], "--n") && k + 1 < argc && atol(argv[k + 1]) > 0)
             cfg.w1_n = (size_t)atol(argv[++k]);
         else if (!strcmp(argv[k], "--callgrind") && k + 1 < argc)

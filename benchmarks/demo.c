@@ -48,8 +48,11 @@ int main(void)
     }
     struct req *reqs = malloc(N * sizeof(*reqs));
     tw_id *ids = malloc(N * sizeof(*ids));
-    if (!reqs || !ids)
-        return 1;
+    int ok = 0;
+    if (!reqs || !ids) {
+        fprintf(stderr, "twheel-demo: out of memory\n");
+        goto out;
+    }
     uint64_t x = 0x2545F4914F6CDD1Dull, start = tw_now(t);
 
     double c0 = cpu_seconds();
@@ -59,7 +62,7 @@ int main(void)
         reqs[k].deadline = start + delay;
         if ((rc = tw_schedule(t, delay, on_timeout, &reqs[k], &ids[k]))) {
             fprintf(stderr, "tw_schedule: %s\n", tw_strerror(rc));
-            return 1;
+            goto out;
         }
     }
     double c1 = cpu_seconds();
@@ -90,9 +93,10 @@ int main(void)
            " event-loop wake-ups,\n             latest %.3f ms after its deadline (tick 1 ms)\n",
            fired, (double)(tw_now(t) - start) / 6e10, c3 - c2, wakeups, (double)late_max / 1e6);
     tw_stats(t, &s);
-    int ok = fired + cancelled == N && s.pending == 0 && late_max < o.tick_ns;
+    ok = fired + cancelled == N && s.pending == 0 && late_max < o.tick_ns;
     printf("  %s: every timer fired or was cancelled exactly once, none early\n",
            ok ? "ok" : "FAILED");
+out:
     tw_destroy(t);
     free(reqs);
     free(ids);
