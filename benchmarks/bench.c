@@ -773,8 +773,10 @@ static int w4_child(const char *name, size_t n)
         delays[k] = uniform(SEC, 3600 * SEC);
     struct backend be;
     uint64_t before = rss_bytes();
-    if (open_backend(&be, ops, n + 16))
+    if (open_backend(&be, ops, n + 16)) {
+        free(delays);
         return 1;
+    }
     for (size_t k = 0; k < n; k++)
         ops->add(&be, delays[k], &g_dummy, &handle_sink);
     uint64_t after = rss_bytes();

@@ -1,6 +1,9 @@
-/* A user's program, built against the installed library via pkg-config. */
+/* A user's program, built against the installed library via pkg-config.
+ * The install test builds it as C and, when a C++ compiler is present, as
+ * C++ too: both headers must compile there and link (extern "C"). */
 #include <stdio.h>
 #include <twheel.h>
+#include <twheel_purgatory.h>
 
 static int fired;
 
@@ -33,5 +36,15 @@ int main(void)
         return 4;
     printf("consumer: version %u.%u.%u\n", tw_version() >> 16, (tw_version() >> 8) & 0xff,
            tw_version() & 0xff);
+    /* the purgatory, on a manual timer: no threads */
+    struct tw_purgatory_options po;
+    tw_purgatory_options_init(&po);
+    po.timer.threaded = 0;
+    tw_purgatory *p;
+    if (tw_purgatory_create(&p, &po) != 0)
+        return 5;
+    if (tw_purgatory_watched(p) != 0 || !tw_purgatory_timer(p))
+        return 6;
+    tw_purgatory_destroy(p, NULL, NULL);
     return fired == 1000 ? 0 : 3;
 }

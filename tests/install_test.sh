@@ -11,10 +11,23 @@ pcdir=$(dirname "$(find "$tmp" -name twheel.pc | head -n 1)")
 export PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$tmp"
 flags=$(pkg-config --cflags --libs twheel)
 echo "pkg-config: $flags"
-${CC:-cc} -std=c11 -Wall -Werror -o "$tmp/consumer" "$src" $flags
+${CC:-cc} -std=c11 -Wall -Wextra -pedantic -Werror -o "$tmp/consumer" "$src" $flags
 libdir=$(pkg-config --libs-only-L twheel | sed 's/^ *-L//; s/ *$//')
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/consumer")
 echo "$out"
+# the same program as C++: the headers compile there and their functions
+# link (a header without extern "C" fails here on the mangled names)
+cxx=
+for c in ${CXX:-} c++ clang++ g++; do
+  if command -v "$c" >/dev/null 2>&1; then cxx=$c; break; fi
+done
+if [ -n "$cxx" ]; then
+  $cxx -x c++ -std=c++11 -Wall -Wextra -pedantic -Werror -o "$tmp/consumer++" "$src" $flags
+  LD_LIBRARY_PATH="$libdir" "$tmp/consumer++" >/dev/null
+  echo "ok: the headers compile and link as C++ ($cxx)"
+else
+  echo "no C++ compiler: the C++ check is skipped"
+fi
 # pkg-config, the headers and the library agree on the version
 echo "$out" | grep -qx "consumer: version $(pkg-config --modversion twheel)" ||
   { echo "version differs from pkg-config's $(pkg-config --modversion twheel)"; exit 1; }

@@ -513,6 +513,7 @@ static void test_completed_ops_are_purged(void **state)
     uint64_t peak = 0;
     for (int i = 0; i < 5000; i++) {
         struct req *r = calloc(1, sizeof(*r));
+        assert_non_null(r);
         r->payload = malloc(64); /* freed in on_complete */
         tw_op *op = mk_op(p, r, 1000 * SEC);
         char key[32];
