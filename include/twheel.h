@@ -224,6 +224,18 @@ TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
  * -ESHUTDOWN once tw_stop has begun. */
 TW_API int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns);
 
+/* When a pending task is due: sets *deadline_ns to its deadline as
+ * scheduled, on the timer's clock (tw_now's), before rounding: it fires at
+ * the first tick boundary at or after it. For a periodic task, its next
+ * firing's. Returns 0; -ENOENT if the id is not pending (it fired, was
+ * cancelled or drained, or never existed); -EBUSY for a periodic task
+ * whose callback is running (threaded: or taken by the driver to run)
+ * and has not set its next firing with tw_reschedule, since that
+ * deadline is made only when the callback returns; -EINVAL (t or
+ * deadline_ns NULL). *deadline_ns is written only on success. Changes
+ * nothing. O(1); threaded, it takes the task's shard lock. */
+TW_API int tw_deadline(tw_timer *t, tw_id id, uint64_t *deadline_ns);
+
 /* Cancels a task. Returns 0 if it was pending (its callback will not run;
  * for a periodic task running its callback right now: it will not run
  * again; threaded, a periodic task the driver has taken but whose callback

@@ -712,6 +712,36 @@ out:
     return rc;
 }
 
+int tw_deadline(tw_timer *t, tw_id id, uint64_t *deadline_ns)
+{
+    if (!t || !deadline_ns)
+        return -EINVAL;
+    uint32_t si = tw__id_shard(t, id);
+    struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    tw__shard_lock(t, sh);
+    int rc = -ENOENT;
+    uint32_t i = tw__pool_lookup(&e->pool, tw__id_slot(t, id), (uint32_t)(id >> 32));
+    if (i != TW__NIL) {
+        const struct tw__entry *en = tw__pool_entry(&e->pool, i);
+        const struct tw__extra *x = tw__is_extra(en) ? en->arg : NULL;
+        if (!x || x->state == TW__X_IDLE) {
+            *deadline_ns = en->deadline; /* as asked: rounding is the wheel's */
+            rc = 0;
+        } else if (x->state == TW__X_RESCHED) {
+            *deadline_ns = x->resched; /* its callback set the next firing */
+            rc = 0;
+        } else if (x->state == TW__X_FIRING) {
+            /* The next deadline is made when the callback returns (fixed
+             * delay counts from then; fixed rate skips the periods missed
+             * by then): there is none to give yet. */
+            rc = -EBUSY;
+        } /* cancelled or drained while its callback runs: not pending */
+    }
+    tw__shard_unlock(t, sh);
+    return rc;
+}
+
 /* ---- firing ----------------------------------------------------------- */
 
 void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,

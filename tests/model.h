@@ -29,7 +29,10 @@
  *     it; cancelled or drained from its own callback, it does not; at the
  *     end of time, with no instant after now, it fires its last;
  *   - cancel, reschedule and the keyed calls return exactly what the model
- *     says they must; tw_pending agrees, and so does tw_stats on pending,
+ *     says they must; so does tw_deadline, asked of every task about to be
+ *     cancelled or rescheduled and of each task whose callback runs,
+ *     before and after it acts (the deadline as scheduled, the next one a
+ *     periodic callback set, -EBUSY, or -ENOENT); tw_pending agrees, and so does tw_stats on pending,
  *     scheduled, fired, cancelled, drained and rejected tasks, advances
  *     (manual), memory_bytes (what the allocator handed out),
  *     late_max_ns and, at the end, the lateness percentiles;
@@ -461,11 +464,41 @@ static inline void m_drop_key(struct model *m, struct mtask *k)
         m->key_owner[k->key] = -1;
 }
 
+/* tw_deadline on task k must say what the model knows: its deadline while
+ * pending, the one its callback set while that runs (-EBUSY if none),
+ * -ENOENT once it is gone; and it must write nothing when it fails. Run
+ * on every task about to be cancelled or rescheduled, so that it meets
+ * the same states they do, without drawing from the input (the fuzzer's
+ * corpus keeps its meaning). */
+static inline void m_check_deadline(struct model *m, const struct mtask *k)
+{
+    const uint64_t sentinel = 0x5eed5eed5eed5eedull;
+    uint64_t got = sentinel;
+    int rc = tw_deadline(m->t, k->id, &got), want = -ENOENT;
+    uint64_t wantd = sentinel;
+    if (k->state == M_PENDING && k == m->running) {
+        want = k->has_resched ? 0 : -EBUSY;
+        wantd = k->has_resched ? k->resched : sentinel;
+    } else if (k->state == M_PENDING) {
+        want = 0;
+        wantd = k->deadline;
+    }
+    /* taken by the driver for this pass: gone (one-shot) or firing
+     * (periodic), or not yet taken (see m_racy) */
+    if (m_racy(m, k) && rc == (k->period ? -EBUSY : -ENOENT))
+        want = rc, wantd = sentinel;
+    if (rc != want || got != wantd)
+        MODEL_FAIL(m, "deadline of task %ld (state %d) returned %d and %llu, "
+                   "want %d and %llu", (long)(k - m->tasks), k->state, rc,
+                   (unsigned long long)got, want, (unsigned long long)wantd);
+}
+
 static inline void m_cancel(struct model *m)
 {
     struct mtask *k = m_pick(m);
     if (!k)
         return;
+    m_check_deadline(m, k);
     int racy = m_racy(m, k) && !k->period;
     int rc = tw_cancel(m->t, k->id), want = k->state == M_PENDING ? 0 : -ENOENT;
     if (racy && rc == -ENOENT)
@@ -503,6 +536,7 @@ static inline void m_cancel_keyed(struct model *m)
 
 static inline void m_reschedule_task(struct model *m, struct mtask *k)
 {
+    m_check_deadline(m, k);
     uint64_t v = m_delay(m), d = m_sat_add(m->now, v);
     int racy = m_racy(m, k);
     /* a periodic task taken would run in this pass and then come back at
@@ -690,8 +724,10 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
     } else if (tw_advance(t, m->now) != -EDEADLK) {
         MODEL_FAIL(m, "tw_advance from a callback did not say EDEADLK");
     }
+    m_check_deadline(m, k); /* gone (one-shot), or -EBUSY (periodic) */
     if (msrc_has(m->src) && msrc_u8(m->src) < 64)
         m_callback_ops(m);
+    m_check_deadline(m, k); /* and the next firing, if the callback set it */
     m->in_callback = 0;
     m->running = NULL;
     if (k->period && k->state == M_PENDING) /* not cancelled or drained */

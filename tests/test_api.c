@@ -276,6 +276,92 @@ static void test_reschedule(void **state)
     tw_destroy(t);
 }
 
+/* What tw_deadline says from a periodic task's own callback: -EBUSY until
+ * the callback sets the next firing, then that; -ENOENT once cancelled. */
+struct deadline_probe {
+    int calls;
+    int before, after_resched, after_cancel;
+    uint64_t got;
+};
+static void deadline_probe_fn(tw_timer *t, tw_id id, void *arg)
+{
+    struct deadline_probe *p = arg;
+    uint64_t d = 7;
+    p->calls++;
+    p->before = tw_deadline(t, id, &d);
+    assert_int_equal(d, 7); /* untouched on failure */
+    assert_int_equal(tw_reschedule(t, id, 40 * MS), 0);
+    p->after_resched = tw_deadline(t, id, &p->got);
+    if (p->calls == 2) {
+        assert_int_equal(tw_cancel(t, id), 0);
+        p->after_cancel = tw_deadline(t, id, &d);
+    }
+}
+
+static void test_deadline(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 1000 * MS, MS, 64);
+    int n = 0;
+    tw_id a, far, past;
+    uint64_t d = 42;
+    assert_int_equal(tw_schedule(t, 5 * MS + 300, count_fn, &n, &a), 0);
+    assert_int_equal(tw_deadline(NULL, a, &d), -EINVAL);
+    assert_int_equal(tw_deadline(t, a, NULL), -EINVAL);
+    assert_int_equal(tw_deadline(t, 0, &d), -ENOENT);
+    assert_int_equal(tw_deadline(t, a ^ (1ull << 32), &d), -ENOENT);
+    assert_int_equal(d, 42); /* written only on success */
+    /* as scheduled, not rounded to the tick (it fires at 1006 ms) */
+    assert_int_equal(tw_deadline(t, a, &d), 0);
+    assert_int_equal(d, 1005 * MS + 300);
+    /* clamped at the end of time; a past absolute deadline as given */
+    assert_int_equal(tw_schedule(t, UINT64_MAX - 5, count_fn, &n, &far), 0);
+    assert_int_equal(tw_deadline(t, far, &d), 0);
+    assert_int_equal(d, UINT64_MAX);
+    assert_int_equal(tw_schedule_at(t, 3 * MS, count_fn, &n, &past), 0);
+    assert_int_equal(tw_deadline(t, past, &d), 0);
+    assert_int_equal(d, 3 * MS);
+    /* a reschedule moves it; a query changes nothing */
+    assert_int_equal(tw_reschedule(t, a, 20 * MS), 0);
+    assert_int_equal(tw_deadline(t, a, &d), 0);
+    assert_int_equal(d, 1020 * MS);
+    assert_int_equal(tw_advance(t, 1019 * MS), 1); /* past only */
+    assert_int_equal(tw_deadline(t, past, &d), -ENOENT); /* fired */
+    assert_int_equal(tw_advance(t, 1020 * MS), 1);
+    assert_int_equal(tw_deadline(t, a, &d), -ENOENT);
+    assert_int_equal(tw_cancel(t, far), 0);
+    assert_int_equal(tw_deadline(t, far, &d), -ENOENT); /* cancelled */
+    /* keyed: its id answers too */
+    tw_id k;
+    assert_int_equal(tw_schedule_keyed(t, "conn-7", 6, 2 * SEC, count_fn, &n, &k), 0);
+    assert_int_equal(tw_deadline(t, k, &d), 0);
+    assert_int_equal(d, 1020 * MS + 2 * SEC);
+    assert_int_equal(tw_cancel_keyed(t, "conn-7", 6), 0);
+    assert_int_equal(tw_deadline(t, k, &d), -ENOENT);
+    /* periodic: the next firing's, the fixed rate's grid */
+    tw_id p;
+    struct deadline_probe probe = { 0 };
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE,
+                                       deadline_probe_fn, &probe, &p), 0);
+    assert_int_equal(tw_deadline(t, p, &d), 0);
+    assert_int_equal(d, 1030 * MS);
+    assert_int_equal(tw_advance(t, 1030 * MS), 1);
+    assert_int_equal(probe.before, -EBUSY);
+    assert_int_equal(probe.after_resched, 0);
+    assert_int_equal(probe.got, 1070 * MS);
+    assert_int_equal(tw_deadline(t, p, &d), 0); /* after the callback */
+    assert_int_equal(d, 1070 * MS);
+    assert_int_equal(tw_advance(t, 1070 * MS), 1);
+    assert_int_equal(probe.calls, 2);
+    assert_int_equal(probe.after_cancel, -ENOENT);
+    assert_int_equal(tw_deadline(t, p, &d), -ENOENT);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(n, 2);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_order_across_levels(void **state)
 {
     (void)state;
@@ -1030,6 +1116,7 @@ int main(void)
         cmocka_unit_test(test_clock_backwards),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_reschedule),
+        cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_order_across_levels),
         cmocka_unit_test(test_periodic_fixed_rate),
         cmocka_unit_test(test_periodic_fixed_delay),

@@ -39,6 +39,7 @@ struct task {
 static struct task *tasks;
 static _Atomic int ntasks;
 static tw_timer *timer;
+static uint64_t start_ns; /* tw_now at creation: no deadline is earlier */
 static _Atomic int stopped;
 static _Atomic long fired_total;
 static _Atomic long drained_total;
@@ -122,6 +123,13 @@ static void *producer(void *arg)
             tw_id id = atomic_load(&tasks[xs(&seed) % (uint64_t)n].id);
             int rc = id ? tw_reschedule(timer, id, xs(&seed) % (20 * MS)) : -ENOENT;
             CHECK(rc == 0 || rc == -ENOENT || rc == -ESHUTDOWN);
+            /* and asked when it is due, racing the driver and the others:
+             * a deadline no earlier than the timer's start, or gone, or a
+             * periodic task firing */
+            uint64_t d = 0;
+            int drc = id ? tw_deadline(timer, id, &d) : -ENOENT;
+            CHECK((drc == 0 && d >= start_ns) || (drc == -ENOENT && d == 0) ||
+                  (drc == -EBUSY && d == 0));
         }
     }
     return NULL;
@@ -149,6 +157,7 @@ static void run(uint32_t workers)
     o.workers = workers;
     o.shards = 4;
     assert_int_equal(tw_create(&timer, &o), 0);
+    start_ns = tw_now(timer);
     pthread_t th[THREADS];
     for (int k = 0; k < THREADS; k++)
         pthread_create(&th[k], NULL, producer, (void *)(uintptr_t)(k + 1));

@@ -429,8 +429,13 @@ static void test_cancel_taken_periodic(void **state)
         struct job_rec holder = { .hold = 1 }, p = { 0 };
         tw_id pid;
         pthread_t w = start_held_with_periodic(t, &c, &holder, &p, TW_FIXED_RATE, 0, &pid);
+        /* taken: its next deadline is made when its callback returns */
+        uint64_t d = 0;
+        assert_int_equal(tw_deadline(t, pid, &d), -EBUSY);
         assert_int_equal(tw_cancel(t, pid), 0);
         assert_int_equal(tw_cancel(t, pid), -ENOENT);
+        assert_int_equal(tw_deadline(t, pid, &d), -ENOENT);
+        assert_int_equal(d, 0);
         /* a drain meanwhile passes over it: it is cancelled, not pending */
         int given = 0;
         assert_int_equal(tw_drain(t, count_fn, &given), 0);
@@ -821,10 +826,17 @@ static void test_threaded_misc(void **state)
     assert_int_equal(tw_pending(t), 2);
     uint64_t d;
     assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(tw_deadline(t, a, &d), 0); /* the clock's time + 1 s */
+    assert_int_equal(d, 6 * SEC);
+    assert_int_equal(tw_deadline(t, b, &d), -ENOENT); /* replaced */
+    atomic_store(&c.now, 5 * SEC + 300 * MS);
     assert_int_equal(tw_reschedule(t, a, 5 * SEC), 0);
+    assert_int_equal(tw_deadline(t, a, &d), 0);
+    assert_int_equal(d, 10 * SEC + 300 * MS);
     assert_int_equal(tw_cancel_keyed(t, "key", 3), 0);
     assert_int_equal(tw_drain(t, NULL, NULL), 1);
     assert_int_equal(tw_cancel(t, a), -ENOENT);
+    assert_int_equal(tw_deadline(t, a, &d), -ENOENT); /* drained */
     assert_check(t);
     tw_destroy(t);
 
