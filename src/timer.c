@@ -1094,6 +1094,7 @@ const char *tw_strerror(int err)
     case -EPERM: return "not allowed on a threaded timer";
     case -ESHUTDOWN: return "timer stopped";
     case -EALREADY: return "timer already stopped";
+    case -EBUSY: return "periodic task firing: its next deadline is not set yet";
     case -EFAULT: return "invariant violated";
     default: return "unknown error";
     }
