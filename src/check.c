@@ -198,7 +198,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             FAIL(c, "slot %u: generation %#x disagrees with its callback", i, g);
         if (tw__is_extra(en) && ((struct tw__extra *)en->arg)->state != TW__X_IDLE) {
             running++;
-            running_live += tw__extra_live(en->arg);
+            running_live += (uint64_t)tw__extra_live(en->arg);
         }
     }
     if (running != e->taken)
