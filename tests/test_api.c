@@ -311,6 +311,7 @@ static void test_deadline(void **state)
     assert_int_equal(tw_deadline(t, a, NULL), -EINVAL);
     assert_int_equal(tw_deadline(t, 0, &d), -ENOENT);
     assert_int_equal(tw_deadline(t, a ^ (1ull << 32), &d), -ENOENT);
+    assert_int_equal(tw_deadline(t, 0xdeadbeefcafe1234ull, &d), -ENOENT);
     assert_int_equal(d, 42); /* written only on success */
     /* as scheduled, not rounded to the tick (it fires at 1006 ms) */
     assert_int_equal(tw_deadline(t, a, &d), 0);
