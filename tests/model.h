@@ -32,10 +32,11 @@
  *     says they must; so does tw_deadline, asked of every task about to be
  *     cancelled or rescheduled and of each task whose callback runs,
  *     before and after it acts (the deadline as scheduled, the next one a
- *     periodic callback set, -EBUSY, or -ENOENT); tw_pending agrees, and so does tw_stats on pending,
- *     scheduled, fired, cancelled, drained and rejected tasks, advances
- *     (manual), memory_bytes (what the allocator handed out),
- *     late_max_ns and, at the end, the lateness percentiles;
+ *     periodic callback set, -EBUSY, or -ENOENT); tw_pending agrees, and
+ *     so does tw_stats on pending, scheduled, fired, cancelled, drained
+ *     and rejected tasks, advances (manual), memory_bytes (what the
+ *     allocator handed out), late_max_ns and, at the end, the lateness
+ *     percentiles;
  *     tw_next_deadline is never later than the earliest pending task;
  *     tw_check holds after every step;
  *   - with max_pending set, a schedule past it returns -EAGAIN;
@@ -467,9 +468,10 @@ static inline void m_drop_key(struct model *m, struct mtask *k)
 /* tw_deadline on task k must say what the model knows: its deadline while
  * pending, the one its callback set while that runs (-EBUSY if none),
  * -ENOENT once it is gone; and it must write nothing when it fails. Run
- * on every task about to be cancelled or rescheduled, so that it meets
- * the same states they do, without drawing from the input (the fuzzer's
- * corpus keeps its meaning). */
+ * on every task about to be cancelled or rescheduled (so that it meets
+ * the same states they do) and on each task whose callback runs, before
+ * and after the callback acts; it draws nothing from the input, so the
+ * fuzzer's corpus keeps its meaning. */
 static inline void m_check_deadline(struct model *m, const struct mtask *k)
 {
     const uint64_t sentinel = 0x5eed5eed5eed5eedull;
@@ -485,8 +487,10 @@ static inline void m_check_deadline(struct model *m, const struct mtask *k)
     }
     /* taken by the driver for this pass: gone (one-shot) or firing
      * (periodic), or not yet taken (see m_racy) */
-    if (m_racy(m, k) && rc == (k->period ? -EBUSY : -ENOENT))
-        want = rc, wantd = sentinel;
+    if (m_racy(m, k) && rc == (k->period ? -EBUSY : -ENOENT)) {
+        want = rc;
+        wantd = sentinel;
+    }
     if (rc != want || got != wantd)
         MODEL_FAIL(m, "deadline of task %ld (state %d) returned %d and %llu, "
                    "want %d and %llu", (long)(k - m->tasks), k->state, rc,
