@@ -254,7 +254,8 @@ TW_API int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
                              tw_id *id);
 
 /* Cancels the pending task under key. Returns 0, -ENOENT if no task is
- * pending under it, -EINVAL (t or key NULL, keylen 0). */
+ * pending under it, -EINVAL (t or key NULL, keylen 0 or above UINT32_MAX,
+ * checked before the key is read). */
 TW_API int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen);
 
 /* Manual mode: moves the timer's time to now_ns (a time earlier than tw_now

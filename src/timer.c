@@ -657,7 +657,8 @@ int tw_cancel(tw_timer *t, tw_id id)
 
 int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen)
 {
-    if (!t || !key || !keylen)
+    /* as tw_schedule_keyed: a key no task can hold is refused unread */
+    if (!t || !key || !keylen || keylen > UINT32_MAX)
         return -EINVAL;
     uint64_t h = tw__key_hash(key, keylen);
     uint32_t si = key_shard(t, h);

@@ -49,6 +49,9 @@ static void test_create_errors(void **state)
     tw_options_init(&o);
     o.allocator.alloc = count_alloc_fn; /* free missing */
     assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.allocator.alloc = NULL; /* alloc missing */
+    o.allocator.free = count_free_fn;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
     tw_options_init(&o);
     o.workers = 2; /* workers without threaded */
     assert_int_equal(tw_create(&t, &o), -EINVAL);
@@ -633,6 +636,9 @@ static void test_keyed(void **state)
     assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, NULL, &a, NULL), -EINVAL);
     assert_int_equal(tw_cancel_keyed(t, "k", 0), -EINVAL);
     assert_int_equal(tw_cancel_keyed(NULL, "k", 1), -EINVAL);
+    assert_int_equal(tw_cancel_keyed(t, NULL, 1), -EINVAL);
+    if (SIZE_MAX > UINT32_MAX) /* likewise refused unread */
+        assert_int_equal(tw_cancel_keyed(t, "k", (size_t)UINT32_MAX + 1), -EINVAL);
     assert_int_equal(tw_cancel_keyed(t, "k", 1), -ENOENT);
 
     assert_int_equal(tw_schedule_keyed(t, "conn-1", 6, 10 * MS, count_fn, &a, &id1), 0);
