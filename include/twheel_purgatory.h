@@ -72,8 +72,8 @@ struct tw_purgatory_options {
     struct tw_options timer;  /* the purgatory's own timer (default: threaded,
                                  1 ms tick); its allocator serves the
                                  purgatory too */
-    uint32_t shards;          /* watch-list shards, a power of two; default
-                                 512 (Kafka's) */
+    uint32_t shards;          /* watch-list shards, a power of two, at
+                                 most 65536; 0 or default: 512 (Kafka's) */
     uint64_t purge_interval;  /* purge completed ops from watch lists once
                                  more than this many are still listed;
                                  default 1000 (Kafka's) */
@@ -83,9 +83,10 @@ struct tw_purgatory_options {
 TW_API void tw_purgatory_options_init(struct tw_purgatory_options *o);
 
 /* Creates a purgatory and its timer. o may be NULL. Returns 0, -EINVAL
- * (out NULL, shards not a power of two, bad timer options), -ENOMEM, or
- * the timer's errors. With its own (threaded) timer, a purgatory does not
- * survive fork(): the child must not use it (see twheel.h, "fork()"). */
+ * (out NULL, shards not a power of two or above 65536, bad timer
+ * options), -ENOMEM, or the timer's errors. With its own (threaded) timer,
+ * a purgatory does not survive fork(): the child must not use it (see
+ * twheel.h, "fork()"). */
 TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_options *o);
 
 /* Shuts down: stops the timer (threaded; waits for expirations already

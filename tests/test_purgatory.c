@@ -425,6 +425,11 @@ static void test_errors_and_alloc_failure(void **state)
     assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
     o.shards = 1u << 17;
     assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
+    o.shards = 1u << 16; /* the most */
+    o.timer.threaded = 0;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+    o.timer.threaded = 1;
     assert_int_equal(tw_purgatory_create(NULL, NULL), -EINVAL);
     /* bad timer options: refused before anything is made, *out untouched */
     tw_purgatory_options_init(&o);
