@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "twheel.h"
@@ -81,6 +82,19 @@ static inline int count_threads_named(const char *prefix)
         fclose(f);
     }
     closedir(d);
+    return n;
+}
+
+/* count_threads_named, once it is `want` or after 1 s. A joined thread
+ * can still be listed for a moment: pthread_join returns when the kernel
+ * clears the thread's id, a little before it removes the thread. */
+static inline int wait_threads_named(const char *prefix, int want)
+{
+    int n = count_threads_named(prefix);
+    for (int i = 0; i < 1000 && n >= 0 && n != want; i++) {
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+        n = count_threads_named(prefix);
+    }
     return n;
 }
 

@@ -193,9 +193,7 @@ static void assert_threads_back_to(int before)
 {
     if (before < 0)
         return; /* no /proc */
-    for (int i = 0; i < 1000 && count_threads_named("") != before; i++)
-        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
-    assert_int_equal(count_threads_named(""), before);
+    assert_int_equal(wait_threads_named("", before), before);
 }
 
 /* tw_create fails at each thread start in turn (each worker, then the

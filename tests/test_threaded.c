@@ -862,7 +862,7 @@ static void test_thread_names(void **state)
     assert_int_equal(count_threads_named("tw-driver"), 1);
     assert_int_equal(count_threads_named("tw-worker-"), 3);
     tw_destroy(t);
-    assert_int_equal(count_threads_named("tw-"), 0);
+    assert_int_equal(wait_threads_named("tw-", 0), 0); /* joined, and gone */
 }
 
 #ifdef __linux__
