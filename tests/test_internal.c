@@ -6,8 +6,10 @@
  * threaded cancel) and checks the header's promise: the slot is retired,
  * and no id is ever issued twice. A thread that cannot be started
  * (pthread_create failing: no memory for its stack, a thread limit) is
- * made to happen at each start in turn through the runtime's hook. Linked
- * against the static library, so that it can reach the pool and the hook. */
+ * made to happen at each start in turn through the runtime's hook. The
+ * delay queue is checked on its own against a sorted list. Linked against
+ * the static library, so that it can reach the pool, the queue and the
+ * hook. */
 #include "helpers.h"
 
 #include <sched.h>
@@ -300,6 +302,73 @@ static void test_default_shards_follow_affinity(void **state)
 #endif
 }
 
+static uint64_t xorshift(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The delay queue against a sorted list: buckets pushed in a shuffled
+ * order with few distinct expirations (ties everywhere), some removed from
+ * the middle through their position records, then popped: they must leave
+ * in (expiration, bucket number) order, whatever order they came in, and
+ * every position record must name the bucket's place all along. */
+static void test_delay_queue_order(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    struct tw__mem m;
+    assert_int_equal(tw__mem_init(&m, NULL), 0);
+    uint64_t x = 0x9e3779b97f4a7c15ull; /* a fixed shuffle */
+    for (int round = 0; round < 20; round++) {
+        struct tw__dq q = { 0 };
+        assert_int_equal(tw__dq_reserve(&q, &m, N), 0);
+        static uint32_t pos[N], order[N];
+        static uint64_t exp[N];
+        for (uint32_t b = 0; b < N; b++) {
+            exp[b] = xorshift(&x) % 5; /* 60 buckets per expiration */
+            order[b] = b;
+        }
+        for (uint32_t b = N - 1; b > 0; b--) { /* Fisher-Yates */
+            uint32_t j = (uint32_t)(xorshift(&x) % (b + 1)), tmp = order[b];
+            order[b] = order[j];
+            order[j] = tmp;
+        }
+        for (uint32_t k = 0; k < N; k++)
+            tw__dq_push(&q, exp[order[k]], order[k], &pos[order[k]]);
+        int gone[N] = { 0 };
+        for (uint32_t k = 0; k < N / 3; k++) { /* a third leave by position */
+            uint32_t b = order[(k * 7) % N];
+            if (gone[b])
+                continue;
+            tw__dq_remove(&q, pos[b]);
+            assert_int_equal(pos[b], TW__NOT_QUEUED);
+            gone[b] = 1;
+        }
+        uint64_t last_exp = 0;
+        uint32_t last_bn = 0, popped = 0;
+        while (q.n) {
+            for (uint32_t b = 0; b < N; b++)
+                if (!gone[b])
+                    assert_int_equal(q.h[pos[b]].bn, b);
+            const struct tw__dq_node *top = tw__dq_min(&q);
+            if (popped) /* strictly after the last: (exp, bn) order */
+                assert_true(top->exp > last_exp || (top->exp == last_exp && top->bn > last_bn));
+            last_exp = top->exp;
+            last_bn = top->bn;
+            gone[last_bn] = 1;
+            tw__dq_remove(&q, 0);
+            assert_int_equal(pos[last_bn], TW__NOT_QUEUED);
+            popped++;
+        }
+        for (uint32_t b = 0; b < N; b++)
+            assert_true(gone[b]);
+        tw__dq_destroy(&q, &m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -309,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_wrap_threaded),
         cmocka_unit_test(test_thread_start_fails),
         cmocka_unit_test(test_default_shards_follow_affinity),
+        cmocka_unit_test(test_delay_queue_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
