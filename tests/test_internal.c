@@ -7,7 +7,8 @@
  * and no id is ever issued twice. A thread that cannot be started
  * (pthread_create failing: no memory for its stack, a thread limit) is
  * made to happen at each start in turn through the runtime's hook. The
- * delay queue is checked on its own against a sorted list. Linked against
+ * delay queue is checked on its own against a sorted list, and ids forged
+ * past a full pool are refused unread. Linked against
  * the static library, so that it can reach the pool, the queue and the
  * hook. */
 #include "helpers.h"
@@ -302,6 +303,38 @@ static void test_default_shards_follow_affinity(void **state)
 #endif
 }
 
+/* Ids forged to name the slots just past those ever handed out, with a
+ * live task's generation: each call that takes an id answers -ENOENT and
+ * reads no entry past them. The pool is full to its last slot, so under
+ * ASan a read one entry past it is caught. */
+static void test_ids_past_the_pool(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.capacity = 100;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    tw_id last = 0;
+    while (p->used < p->cap || p->free_head != TW__NIL)
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &last), 0);
+    uint32_t gen = (uint32_t)(last >> 32), cap = p->cap;
+    assert_int_equal(tw__id_slot(t, last), cap - 1); /* the last slot */
+    uint64_t d = 7;
+    for (uint32_t slot = cap; slot < cap + 3; slot++) {
+        tw_id forged = tw__make_id(t, 0, slot, gen);
+        assert_int_equal(tw_cancel(t, forged), -ENOENT);
+        assert_int_equal(tw_reschedule(t, forged, MS), -ENOENT);
+        assert_int_equal(tw_deadline(t, forged, &d), -ENOENT);
+    }
+    assert_int_equal(d, 7);
+    assert_int_equal(p->cap, cap);
+    assert_int_equal(tw_pending(t), cap);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static uint64_t xorshift(uint64_t *x)
 {
     *x ^= *x << 13;
@@ -379,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_thread_start_fails),
         cmocka_unit_test(test_default_shards_follow_affinity),
         cmocka_unit_test(test_delay_queue_order),
+        cmocka_unit_test(test_ids_past_the_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
