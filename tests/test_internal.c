@@ -1,16 +1,15 @@
 /* test_internal.c: white-box tests of what the public API cannot reach in
- * a test's time, or at all. A slot's 32-bit generation wraps only after 2^30 reuses
- * of that slot; here the test sets a free slot's generation to the last
- * one before the wrap, then reuses the slot once through each way a task
- * can leave (the manual cancel fast path, firing, a keyed cancel, the
- * threaded cancel) and checks the header's promise: the slot is retired,
- * and no id is ever issued twice. A thread that cannot be started
+ * a test's time, or at all. A slot's 32-bit generation wraps only after
+ * 2^30 reuses of that slot; here the test sets a free slot's generation to
+ * the last one before the wrap, then reuses the slot once through each way
+ * a task can leave (the manual cancel fast path, firing, a keyed cancel,
+ * the threaded cancel) and checks the header's promise: the slot is
+ * retired, and no id is ever issued twice. A thread that cannot be started
  * (pthread_create failing: no memory for its stack, a thread limit) is
  * made to happen at each start in turn through the runtime's hook. The
  * delay queue is checked on its own against a sorted list, and ids forged
- * past a full pool are refused unread. Linked against
- * the static library, so that it can reach the pool, the queue and the
- * hook. */
+ * past a full pool are refused unread. Linked against the static library,
+ * so that it can reach the pool, the queue and the hook. */
 #include "helpers.h"
 
 #include <sched.h>
