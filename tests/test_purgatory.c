@@ -189,6 +189,29 @@ static void test_purge(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* The purge runs once MORE than purge_interval completed entries are
+ * listed: at exactly purge_interval they stay. */
+static void test_purge_threshold(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(4);
+    struct req r[2] = { 0 };
+    struct tw_key keys[5] = { KEY("k1"), KEY("k2"), KEY("k3"), KEY("k4"), KEY("k5") };
+    tw_op *y = mk_op(p, &r[0], 100000 * MS), *z = mk_op(p, &r[1], 100000 * MS);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, y, keys, 4), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, z, keys + 4, 1), 0);
+    assert_int_equal(tw_purgatory_watched(p), 5);
+    assert_true(tw_op_force_complete(y)); /* 4 completed entries listed */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 5); /* not more than 4: kept */
+    assert_true(tw_op_force_complete(z)); /* 5 */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0); /* purged */
+    tw_op_release(y);
+    tw_op_release(z);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 static void collect_op(tw_op *op, void *arg)
 {
     tw_op **seen = arg;
@@ -843,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_second_try_completes),
         cmocka_unit_test(test_request_expiry),
         cmocka_unit_test(test_purge),
+        cmocka_unit_test(test_purge_threshold),
         cmocka_unit_test(test_cancel_key),
         cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
