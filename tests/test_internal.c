@@ -7,9 +7,10 @@
  * retired, and no id is ever issued twice. A thread that cannot be started
  * (pthread_create failing: no memory for its stack, a thread limit) is
  * made to happen at each start in turn through the runtime's hook. The
- * delay queue is checked on its own against a sorted list, and ids forged
- * past a full pool are refused unread. Linked against the static library,
- * so that it can reach the pool, the queue and the hook. */
+ * delay queue is checked on its own against a sorted list, ids forged past
+ * a full pool are refused unread, and the key map deletes from a probe run
+ * that wraps past its end. Linked against the static library, so that it
+ * can reach the pool, the queue and the hook. */
 #include "helpers.h"
 
 #include <sched.h>
@@ -19,6 +20,7 @@
 #include "twheel_purgatory.h"
 
 #include "timer.h" /* struct tw_timer: the shards and their pools */
+#include "extra.h" /* tw__key_hash */
 
 #define LAST_FREE_GEN 0xFFFFFFFCu /* next plain task: ...FD, then wrap */
 
@@ -334,6 +336,47 @@ static void test_ids_past_the_pool(void **state)
     tw_destroy(t);
 }
 
+/* The key map's backward-shift deletion where a probe run wraps past the
+ * table's end: with keys A (home: the last slot) and D, E (home: slot 0)
+ * placed A, D, E, removing A must leave D where it is (its home lies in
+ * the run before it, cyclically) and E too, so that both are still found. */
+static void test_keymap_wrapped_run(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    assert_int_equal(tw_create(&t, &o), 0);
+    /* the first keyed task makes a 16-slot map; find keys for each home */
+    const uint32_t cap = 16;
+    char keys[3][8]; /* A, D, E */
+    int a = 0, de = 0;
+    for (unsigned k = 0; k < 100000 && (a < 1 || de < 2); k++) {
+        char buf[8];
+        snprintf(buf, sizeof buf, "k%u", k);
+        uint32_t home = (uint32_t)tw__key_hash(buf, strlen(buf)) & (cap - 1);
+        if (home == cap - 1 && a < 1)
+            memcpy(keys[a++], buf, sizeof buf);
+        else if (home == 0 && de < 2)
+            memcpy(keys[1 + de++], buf, sizeof buf);
+    }
+    assert_true(a == 1 && de == 2);
+    for (int k = 0; k < 3; k++) /* A, then D, E */
+        assert_int_equal(tw_schedule_keyed(t, keys[k], strlen(keys[k]), SEC, noop_fn, NULL, NULL), 0);
+    const struct tw__keymap *m = &t->shards[0].eng.keys;
+    assert_int_equal(m->cap, cap);
+    assert_non_null(m->slots[cap - 1]); /* A */
+    assert_non_null(m->slots[0]);       /* D */
+    assert_non_null(m->slots[1]);       /* E */
+    assert_int_equal(tw_cancel_keyed(t, keys[0], strlen(keys[0])), 0);
+    assert_null(m->slots[cap - 1]);
+    assert_check(t);
+    assert_int_equal(tw_cancel_keyed(t, keys[1], strlen(keys[1])), 0);
+    assert_int_equal(tw_cancel_keyed(t, keys[2], strlen(keys[2])), 0);
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
 static uint64_t xorshift(uint64_t *x)
 {
     *x ^= *x << 13;
@@ -412,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_default_shards_follow_affinity),
         cmocka_unit_test(test_delay_queue_order),
         cmocka_unit_test(test_ids_past_the_pool),
+        cmocka_unit_test(test_keymap_wrapped_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
