@@ -4,9 +4,10 @@
  * bucket-number order (the finer level first), whatever order they were
  * queued in (test_internal checks it). Each bucket records its heap
  * position, so a bucket emptied by cancels leaves the queue at once (Kafka
- * leaves such buckets queued and wakes for them; we do not). The capacity is reserved
- * whenever a wheel level is created (one element per bucket in existence),
- * so push never allocates and the advance path cannot fail. */
+ * leaves such buckets queued and wakes for them; we do not). The capacity
+ * is reserved whenever a wheel level is created (one element per bucket
+ * in existence), so push never allocates and the advance path cannot
+ * fail. */
 #ifndef TW_DELAY_QUEUE_H
 #define TW_DELAY_QUEUE_H
 

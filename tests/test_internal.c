@@ -362,7 +362,8 @@ static void test_keymap_wrapped_run(void **state)
     }
     assert_true(a == 1 && de == 2);
     for (int k = 0; k < 3; k++) /* A, then D, E */
-        assert_int_equal(tw_schedule_keyed(t, keys[k], strlen(keys[k]), SEC, noop_fn, NULL, NULL), 0);
+        assert_int_equal(
+            tw_schedule_keyed(t, keys[k], strlen(keys[k]), SEC, noop_fn, NULL, NULL), 0);
     const struct tw__keymap *m = &t->shards[0].eng.keys;
     assert_int_equal(m->cap, cap);
     assert_non_null(m->slots[cap - 1]); /* A */
