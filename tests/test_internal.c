@@ -344,9 +344,7 @@ static void test_keymap_wrapped_run(void **state)
 {
     (void)state;
     struct fake_clock c;
-    tw_timer *t;
-    struct tw_options o = manual_opts(&c, 0, MS, 64);
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = mk(&c);
     /* the first keyed task makes a 16-slot map; find keys for each home */
     const uint32_t cap = 16;
     char keys[3][8]; /* A, D, E */
