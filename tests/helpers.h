@@ -36,23 +36,29 @@ static inline uint64_t fake_clock_read(void *ctx)
     return ((struct fake_clock *)ctx)->now;
 }
 
-/* The same for a threaded timer, whose driver reads the clock too. */
+/* The same for a threaded timer, whose driver reads the clock too. It
+ * counts its reads: a driver that should be asleep reads no clock. */
 struct atomic_clock {
     _Atomic uint64_t now;
+    _Atomic uint64_t reads;
 };
 
 static inline uint64_t atomic_clock_read(void *ctx)
 {
-    return atomic_load(&((struct atomic_clock *)ctx)->now);
+    struct atomic_clock *c = ctx;
+    atomic_fetch_add_explicit(&c->reads, 1, memory_order_relaxed);
+    return atomic_load(&c->now);
 }
 
 /* A threaded timer (callbacks on `workers` threads, 0: on the driver) on
- * an atomic clock set to 1000 s; tw_wake makes it look. */
-static inline tw_timer *mk_fake(struct atomic_clock *c, uint32_t workers)
+ * an atomic clock set to `start`; tw_wake makes it look. */
+static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,
+                                   uint64_t start)
 {
     struct tw_options o;
     tw_options_init(&o);
-    atomic_store(&c->now, 1000 * SEC);
+    atomic_store(&c->now, start);
+    atomic_store(&c->reads, 0);
     o.clock = atomic_clock_read;
     o.clock_ctx = c;
     o.threaded = 1;
@@ -60,6 +66,12 @@ static inline tw_timer *mk_fake(struct atomic_clock *c, uint32_t workers)
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);
     return t;
+}
+
+/* The same on a clock set to 1000 s. */
+static inline tw_timer *mk_fake(struct atomic_clock *c, uint32_t workers)
+{
+    return mk_fake_at(c, workers, 1000 * SEC);
 }
 
 /* The process's threads whose name starts with prefix ("": all of them),

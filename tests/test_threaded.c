@@ -40,6 +40,21 @@ static void ftask_fn(tw_timer *t, tw_id id, void *arg)
     atomic_fetch_add(&k->fired, 1);
 }
 
+/* The driver is asleep: over 100 ms of real time it reads the timer's
+ * clock at most a few times (a spurious wake-up of its condition
+ * variable). A driver that spins reads it thousands of times. It may still
+ * be on its way to sleep when this is called: 20 ms are given first. */
+static void assert_driver_asleep(struct atomic_clock *c)
+{
+    usleep(20000);
+    uint64_t r0 = atomic_load(&c->reads);
+    usleep(100000);
+    uint64_t reads = atomic_load(&c->reads) - r0;
+    if (reads > 4)
+        fail_msg("the driver read the clock %llu times in 100 ms while nothing was due",
+                 (unsigned long long)reads);
+}
+
 static void test_fake_clock_wake(void **state)
 {
     (void)state;
@@ -99,6 +114,35 @@ static void test_clock_behind_driver(void **state)
     assert_int_equal(atomic_load(&a.early) + atomic_load(&b.early), 0);
     assert_int_equal(atomic_load(&far.fired), 0);
     assert_int_equal(tw_pending(t), 1);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+/* A clock far behind CLOCK_MONOTONIC (here at 0): the driver sleeps on
+ * CLOCK_MONOTONIC for the distance to the next bucket, and when there is
+ * none, or only one at the end of time, that distance added to the
+ * monotonic time would wrap to a moment already past, and the driver
+ * would spin. It must sleep, whatever is pending, until woken. */
+static void test_driver_sleeps_behind_monotonic(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake_at(&c, 0, 0);
+    assert_int_equal(tw_wake(t), 0);
+    assert_driver_asleep(&c); /* nothing pending */
+    struct ftask far = { &c, UINT64_MAX - 1, 0, 0 };
+    assert_int_equal(tw_schedule_at(t, far.deadline, ftask_fn, &far, NULL), 0);
+    assert_int_equal(tw_wake(t), 0);
+    assert_driver_asleep(&c); /* only a task at the end of time */
+    struct ftask hour = { &c, 3600 * SEC, 0, 0 };
+    assert_int_equal(tw_schedule_at(t, hour.deadline, ftask_fn, &hour, NULL), 0);
+    assert_int_equal(tw_wake(t), 0);
+    assert_driver_asleep(&c); /* one due in an hour of the timer's time */
+    atomic_store(&c.now, hour.deadline);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&hour.fired), 1);
+    assert_int_equal(atomic_load(&far.fired), 0);
+    assert_int_equal(atomic_load(&hour.early), 0);
     assert_check(t);
     tw_destroy(t);
 }
@@ -415,6 +459,54 @@ static pthread_t start_held_with_periodic(tw_timer *t, struct atomic_clock *c,
     assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, flags, held_fn, p, pid), 0);
     atomic_store(&c->now, base + 2 * MS);
     return start_held_pass(t);
+}
+
+/* Holds its first run until gate.release; runs through after that. */
+static void hold_first_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    if (atomic_fetch_add(&((struct job_rec *)arg)->ran, 1))
+        return;
+    atomic_store(&gate.entered, 1);
+    for (int ms = 0; ms < 60000 && !atomic_load(&gate.release); ms++)
+        usleep(1000);
+}
+
+/* A periodic task whose callback runs on a worker is re-armed when the
+ * callback returns, after the driver has planned its sleep without it
+ * (here: nothing else pending, so the driver sleeps until woken). The
+ * re-arm must wake the driver, with no tw_wake, or the task never fires
+ * again. Its second firing is awaited in real time (up to 30 s). */
+static void test_periodic_rearm_on_worker_wakes_driver(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 1);
+    uint64_t base = atomic_load(&c.now);
+    struct job_rec p = { 0 };
+    tw_id pid;
+    gate_reset(0);
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, hold_first_fn,
+                                       &p, &pid), 0);
+    atomic_store(&c.now, base + 10 * MS);
+    /* the driver takes it, hands it to the worker, and plans: nothing */
+    assert_int_equal(tw_wake(t), 0);
+    wait_entered();
+    uint64_t d = 0;
+    assert_int_equal(tw_deadline(t, pid, &d), -EBUSY);
+    atomic_store(&gate.release, 1);
+    int rc = -EBUSY;
+    for (int ms = 0; ms < 60000 && (rc = tw_deadline(t, pid, &d)) == -EBUSY; ms++)
+        usleep(1000);
+    assert_int_equal(rc, 0); /* re-armed */
+    assert_int_equal(d, base + 20 * MS);
+    atomic_store(&c.now, base + 20 * MS);
+    for (int ms = 0; ms < 30000 && atomic_load(&p.ran) < 2; ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&p.ran), 2);
+    assert_int_equal(tw_cancel(t, pid), 0);
+    tw_destroy(t);
 }
 
 /* A periodic task cancelled after the driver took it, before its callback
@@ -749,6 +841,9 @@ static void test_drain_fires_nothing_early(void **state)
     assert_int_equal(tw_wake(t), 0);
     for (int i = 0; i < 3; i++)
         assert_int_equal(atomic_load(&k[i].fired), 0);
+    /* and, the shard being drained, the driver sleeps: its tasks wait on
+     * the expired list, which would otherwise read as due now */
+    assert_driver_asleep(&c);
     atomic_store(&dg.release, 1);
     void *n;
     pthread_join(d, &n);
@@ -809,6 +904,7 @@ static void test_threaded_misc(void **state)
     (void)state;
     struct atomic_clock c;
     atomic_init(&c.now, 5 * SEC);
+    atomic_init(&c.reads, 0);
     struct tw_options o;
     tw_options_init(&o);
     o.clock = atomic_clock_read;
@@ -1147,12 +1243,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fake_clock_wake),
         cmocka_unit_test(test_clock_behind_driver),
+        cmocka_unit_test(test_driver_sleeps_behind_monotonic),
         cmocka_unit_test(test_cancel_before_fire),
         cmocka_unit_test(test_driver_spreads_cascade),
         cmocka_unit_test(test_periodic_threaded),
         cmocka_unit_test(test_periodic_end_of_time_threaded),
         cmocka_unit_test(test_stop_hands_back),
         cmocka_unit_test(test_stop_from_callback),
+        cmocka_unit_test(test_periodic_rearm_on_worker_wakes_driver),
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
