@@ -94,7 +94,10 @@ TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_opt
  * fired) to unfinished(op, arg), which may be NULL. Those ops are neither
  * completed nor expired: their callbacks are not run. The op passed is
  * valid during the call only (tw_op_retain to keep it). Then frees every
- * list; ops the caller still holds stay valid until tw_op_release. Not
+ * list; ops the caller still holds stay valid until tw_op_release, in no
+ * list and with no timeout: tw_op_ctx, tw_op_is_completed, tw_op_retain,
+ * tw_op_release and tw_op_force_complete (it runs on_complete) work on
+ * them, from any thread, and use nothing of the purgatory. Not
  * from a callback of this purgatory. From one its timer runs (an expiring
  * op's on_complete and on_expire) or from unfinished it writes a message
  * to stderr and aborts (a void call cannot report it, and going on would

@@ -110,6 +110,8 @@ int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
         return -ENOMEM;
     memset(op, 0, sizeof(*op));
     op->p = p;
+    op->free_fn = p->a.free;
+    op->free_ctx = p->a.ctx;
     op->ops = ops;
     op->ctx = ctx;
     op->timeout_ns = timeout_ns;
@@ -134,7 +136,7 @@ void tw_op_release(tw_op *op)
     if (!op || atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) != 1)
         return;
     pthread_mutex_destroy(&op->lock);
-    tw__p_free(op->p, op);
+    op->free_fn(op->free_ctx, op); /* not through op->p: it may be gone */
 }
 
 void *tw_op_ctx(const tw_op *op)
@@ -176,8 +178,12 @@ bool tw_op_force_complete(tw_op *op)
         return false;
     }
     atomic_store_explicit(&op->completed, 1, memory_order_release);
-    /* nlisted is stable here: lists only grow under this lock */
-    atomic_fetch_add(&op->p->stale, (int64_t)atomic_load(&op->nlisted));
+    /* nlisted is stable here: lists only grow under this lock. An op held
+     * past tw_purgatory_destroy is in no list and has no timeout (destroy
+     * took both), so from here on it touches nothing of its purgatory. */
+    uint32_t listed = atomic_load(&op->nlisted);
+    if (listed)
+        atomic_fetch_add(&op->p->stale, (int64_t)listed);
     cancel_timeout(op);
     op->ops->on_complete(op);
     pthread_mutex_unlock(&op->lock);

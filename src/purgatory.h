@@ -13,7 +13,11 @@
 #include "twheel_purgatory.h"
 
 struct tw_op {
-    tw_purgatory *p;
+    tw_purgatory *p;         /* not to be used once p is destroyed (below) */
+    /* The allocator's free, copied: the caller may hold the op past
+     * tw_purgatory_destroy, and its last release must not read p. */
+    void (*free_fn)(void *ctx, void *ptr);
+    void *free_ctx;
     const struct tw_op_ops *ops;
     void *ctx;
     uint64_t timeout_ns;

@@ -161,6 +161,27 @@ static void test_request_expiry(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* on_expire may be NULL: an op whose timeout fires is completed (its
+ * on_complete runs once) and nothing else is called. */
+static void test_expiry_without_on_expire(void **state)
+{
+    (void)state;
+    static const struct tw_op_ops no_expire = { req_try, req_complete, NULL };
+    tw_purgatory *p = mk_manual(1000);
+    struct req r = { 0 };
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &no_expire, &r, 20 * MS, &op), 0);
+    struct tw_key k = KEY("k");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), 20 * MS), 1);
+    assert_true(tw_op_is_completed(op));
+    assert_int_equal(r.completed, 1);
+    assert_int_equal(r.expired, 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 static void test_purge(void **state)
 {
     (void)state;
@@ -209,6 +230,22 @@ static void test_purge_threshold(void **state)
     assert_int_equal(tw_purgatory_watched(p), 0); /* purged */
     tw_op_release(y);
     tw_op_release(z);
+
+    /* Completed entries that leave their lists another way (a check of
+     * their key compacts them) no longer count towards the threshold: 4
+     * more are then kept, as at the start. */
+    tw_op *u = mk_op(p, &r[0], 100000 * MS), *v = mk_op(p, &r[1], 100000 * MS);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, u, keys, 4), 0);
+    assert_true(tw_op_force_complete(u));
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(tw_purgatory_check_and_complete(p, keys[i].data, 2), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0); /* compacted, not purged */
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, v, keys, 4), 0);
+    assert_true(tw_op_force_complete(v)); /* 4 completed entries listed */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 4); /* not more than 4: kept */
+    tw_op_release(u);
+    tw_op_release(v);
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
@@ -328,6 +365,54 @@ static void test_destroy_hands_back(void **state)
         assert_int_equal(r[i].completed + r[i].expired, 0);
         free(r[i].payload);
     }
+}
+
+/* Ops the caller still holds outlive tw_purgatory_destroy: waiting (and
+ * handed to `unfinished`), never submitted, completed while still listed
+ * under another key, and expired. Afterwards they can be read, completed
+ * (on_complete runs, nothing else) and released, the last release freeing
+ * each through the purgatory's allocator (ASan and valgrind in CI check
+ * that none of it reads the purgatory). */
+static void test_ops_outlive_purgatory(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    tw_purgatory *p = mk_counted(&a, 4);
+    struct req r[4] = { 0 };
+    tw_op *wait = mk_op(p, &r[0], SEC), *fresh = mk_op(p, &r[1], SEC),
+          *done = mk_op(p, &r[2], SEC), *gone = mk_op(p, &r[3], 10 * MS);
+    struct tw_key keys[2] = { KEY("k1"), KEY("k2") };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, wait, keys, 2), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, done, keys, 2), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, gone, keys + 1, 1), 0);
+    atomic_store(&r[2].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "k1", 2), 1); /* done */
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), 10 * MS), 1); /* gone */
+    assert_int_equal(r[3].expired, 1);
+    int handed = 0;
+    tw_purgatory_destroy(p, count_unfinished, &handed);
+    assert_int_equal(handed, 1); /* wait */
+    assert_int_equal(a.live, 4); /* the four ops, nothing else */
+    assert_ptr_equal(tw_op_ctx(wait), &r[0]);
+    assert_false(tw_op_is_completed(wait));
+    assert_true(tw_op_is_completed(done));
+    assert_true(tw_op_force_complete(wait));
+    assert_false(tw_op_force_complete(wait));
+    assert_true(tw_op_force_complete(fresh));
+    assert_false(tw_op_force_complete(done));
+    int completed[4] = { 1, 1, 1, 1 }, expired[4] = { 0, 0, 0, 1 };
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(r[i].completed, completed[i]);
+        assert_int_equal(r[i].expired, expired[i]);
+    }
+    tw_op_retain(done);
+    tw_op_release(done);
+    assert_int_equal(a.live, 4);
+    tw_op_release(wait);
+    tw_op_release(fresh);
+    tw_op_release(done);
+    tw_op_release(gone);
+    assert_int_equal(a.live, 0);
 }
 
 /* tw_purgatory_destroy from an expiration or from its own `unfinished`
@@ -525,6 +610,44 @@ static void test_errors_and_alloc_failure(void **state)
         assert_int_equal(tw_purgatory_watched(p), 3);
         assert_int_equal(tw_advance(tw_purgatory_timer(p), 10 * MS), 1);
         assert_int_equal(rr.expired, 1);
+        tw_op_release(op);
+        tw_purgatory_destroy(p, NULL, NULL);
+        assert_int_equal(a.live, 0);
+        if (!failed)
+            break;
+    }
+}
+
+/* A watch that fails leaves the allocator exactly as it found it: a key
+ * made for it is taken back. (The keys' shard tables are made first, by a
+ * watch whose keys are then cancelled: a table, once grown, stays.) Every
+ * allocation of the watch fails in turn. */
+static void test_failed_watch_keeps_nothing(void **state)
+{
+    (void)state;
+    for (long n = 1;; n++) {
+        struct count_alloc a = { 0 };
+        tw_purgatory *p = mk_counted(&a, 4);
+        struct req r0 = { 0 }, r = { 0 };
+        struct tw_key keys[3] = { KEY("a"), KEY("b"), KEY("c") };
+        tw_op *warm = mk_op(p, &r0, SEC), *op = mk_op(p, &r, SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, warm, keys, 3), 0);
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(tw_purgatory_cancel_key(p, keys[k].data, 1, NULL, NULL), 1);
+        long live = a.live;
+        a.fail_at = n;
+        int rc = tw_purgatory_try_complete_else_watch(p, op, keys, 3);
+        int failed = (int)a.failed;
+        a.fail_at = 0;
+        if (failed) {
+            assert_int_equal(rc, -ENOMEM);
+            assert_int_equal(a.live, live);
+            assert_int_equal(tw_purgatory_watched(p), 0);
+        } else {
+            assert_int_equal(rc, 0);
+            assert_int_equal(tw_purgatory_watched(p), 3);
+        }
+        tw_op_release(warm);
         tw_op_release(op);
         tw_purgatory_destroy(p, NULL, NULL);
         assert_int_equal(a.live, 0);
@@ -865,13 +988,16 @@ int main(void)
         cmocka_unit_test(test_request_satisfaction),
         cmocka_unit_test(test_second_try_completes),
         cmocka_unit_test(test_request_expiry),
+        cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_purge_threshold),
         cmocka_unit_test(test_cancel_key),
         cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
+        cmocka_unit_test(test_ops_outlive_purgatory),
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_errors_and_alloc_failure),
+        cmocka_unit_test(test_failed_watch_keeps_nothing),
         cmocka_unit_test(test_completed_ops_are_purged),
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
