@@ -178,6 +178,11 @@ static void test_overflow_clamps_and_far_future(void **state)
     assert_int_equal(tw_schedule(t, 20 * SEC, count_fn, &n, NULL), 0);
     assert_int_equal(tw_schedule(t, UINT64_MAX, count_fn, &n, NULL), 0);
     assert_int_equal(tw_advance(t, UINT64_MAX - 1), 0);
+    /* their bucket is the tick after now, whose start in ns lies past
+     * UINT64_MAX: the answer is the end of time, not a wrapped product */
+    uint64_t d = 0;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, UINT64_MAX);
     assert_int_equal(tw_advance(t, UINT64_MAX), 2);
     assert_int_equal(n, 2);
     tw_destroy(t);
@@ -791,6 +796,38 @@ static void test_callbacks_reenter(void **state)
     tw_destroy(t);
 }
 
+/* From a callback, the tasks collected by the same tw_advance and not yet
+ * run are still pending: tw_next_deadline reports them (due now), not
+ * -ENOENT. */
+static int next_rc = 1;
+static uint64_t next_d;
+static size_t next_pending;
+static void next_from_callback(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    if ((*(int *)arg)++)
+        return;
+    next_pending = tw_pending(t);
+    next_rc = tw_next_deadline(t, &next_d);
+}
+
+static void test_next_deadline_from_callback(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_schedule(t, 5 * MS, next_from_callback, &n, NULL), 0);
+    assert_int_equal(tw_advance(t, 5 * MS), 2);
+    assert_int_equal(n, 2);
+    assert_int_equal(next_pending, 1); /* the other one, not yet run */
+    assert_int_equal(next_rc, 0);
+    assert_int_equal(next_d, 5 * MS); /* due now */
+    assert_int_equal(tw_next_deadline(t, &next_d), -ENOENT);
+    tw_destroy(t);
+}
+
 static void test_next_deadline_loop(void **state)
 {
     (void)state;
@@ -833,10 +870,13 @@ static void test_next_deadline_loop(void **state)
     tw_destroy(t);
 }
 
+static tw_timer *not_draining; /* a timer no drain is running on */
+
 static void drain_each(tw_timer *t, tw_id id, void *arg)
 {
     int *ctx = tw_drain_arg(t);
     assert_non_null(ctx);
+    assert_null(tw_drain_arg(not_draining)); /* NULL: not a drain of it */
     assert_true(id != 0);
     (*ctx)++;
     (*(int *)arg) += 100;
@@ -853,8 +893,12 @@ static void test_drain(void **state)
     assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, count_fn, &args[2], NULL), 0);
     assert_int_equal(tw_schedule_keyed(t, "key", 3, MS, count_fn, &args[3], NULL), 0);
     int handed = 0;
+    struct fake_clock c2;
+    not_draining = mk(&c2, 0, MS, 64);
     assert_int_equal(tw_drain(t, drain_each, &handed), 4);
     assert_int_equal(handed, 4);
+    tw_destroy(not_draining);
+    not_draining = NULL;
     for (int k = 0; k < 4; k++)
         assert_int_equal(args[k], 100); /* each got its own arg, unfired */
     assert_null(tw_drain_arg(t));
@@ -1134,6 +1178,7 @@ int main(void)
         cmocka_unit_test(test_max_pending),
         cmocka_unit_test(test_callbacks_reenter),
         cmocka_unit_test(test_next_deadline_loop),
+        cmocka_unit_test(test_next_deadline_from_callback),
         cmocka_unit_test(test_drain),
         cmocka_unit_test(test_drain_from_periodic),
         cmocka_unit_test(test_destroy_from_callback),
