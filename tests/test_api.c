@@ -679,6 +679,26 @@ static void test_keyed(void **state)
     assert_int_equal(tw_advance(t, 100 * MS), 2);
     assert_int_equal(l, 2);
 
+    /* at the edge of the inline room (extra.h: 40 bytes), seen in
+     * memory_bytes with the task's record reused: a 40-byte key is kept in
+     * the record, a 41-byte one takes exactly 41 bytes of its own, given
+     * back when the task goes */
+    struct tw_stats s0, s1;
+    tw_id eid;
+    assert_int_equal(tw_schedule_keyed(t, longkey, 40, 5 * MS, count_fn, &l, &eid), 0);
+    assert_int_equal(tw_cancel(t, eid), 0);
+    tw_stats(t, &s0);
+    assert_int_equal(tw_schedule_keyed(t, longkey, 40, 5 * MS, count_fn, &l, &eid), 0);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.memory_bytes, s0.memory_bytes);
+    assert_int_equal(tw_cancel(t, eid), 0);
+    assert_int_equal(tw_schedule_keyed(t, longkey, 41, 5 * MS, count_fn, &l, &eid), 0);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.memory_bytes, s0.memory_bytes + 41);
+    assert_int_equal(tw_cancel_keyed(t, longkey, 41), 0);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.memory_bytes, s0.memory_bytes);
+
     /* many keys: the map grows and shrinks correctly */
     char key[16];
     for (int k = 0; k < 1000; k++) {

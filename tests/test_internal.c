@@ -304,6 +304,46 @@ static void test_default_shards_follow_affinity(void **state)
 #endif
 }
 
+/* The pool's slot limit (238,609,294 a shard, less with many shards: a
+ * task id has room for no more), lowered here to 300: the pool doubles
+ * from 256 up to it, clamped, and past it a schedule of any kind fails
+ * with -ENOMEM, nothing changed; a slot given back is taken again. */
+static void test_slot_limit(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    p->max_slots = 300;
+    tw_id first = 0, id = 0;
+    int n = 0;
+    for (int k = 0; k < 300; k++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(k % 7 + 1) * MS, count_fn, &n,
+                                     k ? &id : &first), 0);
+    assert_int_equal(p->cap, 300);
+    struct tw_stats s0, s1;
+    tw_stats(t, &s0);
+    tw_id untouched = 42;
+    assert_int_equal(tw_schedule(t, MS, count_fn, &n, &untouched), -ENOMEM);
+    assert_int_equal(tw_schedule_at(t, MS, count_fn, &n, &untouched), -ENOMEM);
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, count_fn, &n, &untouched),
+                     -ENOMEM);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, count_fn, &n, &untouched), -ENOMEM);
+    assert_int_equal(untouched, 42);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.pending, 300);
+    assert_int_equal(s1.scheduled, s0.scheduled);
+    assert_int_equal(s1.memory_bytes, s0.memory_bytes);
+    assert_check(t);
+    assert_int_equal(tw_cancel(t, first), 0);
+    assert_int_equal(tw_schedule(t, MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_advance(t, 10 * MS), 300);
+    assert_int_equal(n, 300);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* Ids forged to name the slots just past those ever handed out, with a
  * live task's generation: each call that takes an id answers -ENOENT and
  * reads no entry past them. The pool is full to its last slot, so under
@@ -454,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_default_shards_follow_affinity),
         cmocka_unit_test(test_delay_queue_order),
         cmocka_unit_test(test_ids_past_the_pool),
+        cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_keymap_wrapped_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
