@@ -40,6 +40,13 @@ static void ftask_fn(tw_timer *t, tw_id id, void *arg)
     atomic_fetch_add(&k->fired, 1);
 }
 
+/* Waits (up to 60 s of real time) until *flag is set. */
+static void spin_until(_Atomic int *flag)
+{
+    for (int ms = 0; ms < 60000 && !atomic_load(flag); ms++)
+        usleep(1000);
+}
+
 /* The driver is asleep: over 100 ms of real time it reads the timer's
  * clock at most a few times (a spurious wake-up of its condition
  * variable). A driver that spins reads it thousands of times. It may still
@@ -148,7 +155,7 @@ static void test_driver_sleeps_behind_monotonic(void **state)
 }
 
 /* A reschedule that moves a task earlier than the driver planned to wake
- * wakes it (no tw_wake: awaited in real time, up to 30 s). */
+ * wakes it (no tw_wake: awaited in real time, up to 60 s). */
 static void test_reschedule_earlier_wakes_driver(void **state)
 {
     (void)state;
@@ -161,8 +168,7 @@ static void test_reschedule_earlier_wakes_driver(void **state)
     assert_int_equal(tw_wake(t), 0); /* planned: an hour away */
     assert_int_equal(tw_reschedule(t, id, 10 * MS), 0);
     atomic_store(&c.now, base + 10 * MS);
-    for (int ms = 0; ms < 30000 && !atomic_load(&k.fired); ms++)
-        usleep(1000);
+    spin_until(&k.fired);
     assert_int_equal(atomic_load(&k.fired), 1);
     assert_int_equal(atomic_load(&k.early), 0);
     tw_destroy(t);
@@ -760,12 +766,6 @@ static struct {
     int a_arg, b_arg;
 } dd;
 
-static void spin_until(_Atomic int *flag)
-{
-    for (int ms = 0; ms < 60000 && !atomic_load(flag); ms++)
-        usleep(1000);
-}
-
 static void drain_each_a(tw_timer *t, tw_id id, void *arg)
 {
     (void)id;
@@ -870,9 +870,8 @@ static void test_drain_fires_nothing_early(void **state)
     pthread_join(d, &n);
     assert_int_equal((uintptr_t)n, 3); /* the three (late came after) */
     /* the drain's end wakes the driver for what came due meanwhile: no
-     * tw_wake here (awaited in real time, up to 30 s) */
-    for (int ms = 0; ms < 30000 && !atomic_load(&late.fired); ms++)
-        usleep(1000);
+     * tw_wake here (awaited in real time, up to 60 s) */
+    spin_until(&late.fired);
     assert_int_equal(atomic_load(&late.fired), 1);
     assert_int_equal(atomic_load(&late.early), 0);
     for (int i = 0; i < 3; i++)
