@@ -114,9 +114,12 @@ struct tw_options {
                                      user's allocator copies it. A manual
                                      timer sized here never grows (a
                                      threaded shard may outgrow its
-                                     share). A timer
-                                     holds at most 238,609,294 tasks per
-                                     shard (then -ENOMEM). */
+                                     share). A shard holds
+                                     at most 238,609,294 tasks (with 32
+                                     shards 134,217,727, with 64
+                                     67,108,863; then -ENOMEM); a
+                                     capacity whose share is larger is
+                                     refused (-EINVAL). */
 };
 
 /* Largest wheel_size: 4096, i.e. at most 288 KB a level. A bucket is
@@ -174,7 +177,7 @@ TW_API void tw_options_init(struct tw_options *o);
  * or -EINVAL (out NULL, tick_ns 0, wheel_size not a power of two in
  * [2, TW_MAX_WHEEL_SIZE], only one allocator function set, workers or
  * shards without threaded, threaded not 0 or 1, more than 1024 workers or
- * 64 shards), -ENOMEM, or (threaded) pthread_create's error negated
+ * 64 shards, a capacity beyond what the shards can hold), -ENOMEM, or (threaded) pthread_create's error negated
  * (-EAGAIN: a thread or memory limit). On error *out is left as it was,
  * every byte is freed and every thread already started is joined.
  * The options are copied. */

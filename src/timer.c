@@ -172,6 +172,15 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
     int rc = check_options(&o);
     if (rc)
         return rc;
+    uint32_t nshards = choose_shards(&o);
+    uint32_t shard_bits = (uint32_t)__builtin_ctz(nshards);
+    /* a slot index shifted by shard_bits must fit in the id's low word */
+    uint32_t max_slots = shard_bits ? (1u << (32 - shard_bits)) - 1u : TW__MAX_SLOTS;
+    if (max_slots > TW__MAX_SLOTS)
+        max_slots = TW__MAX_SLOTS;
+    /* room that could never be used is refused, not quietly cut down */
+    if (o.capacity / nshards + (o.capacity % nshards != 0) > max_slots)
+        return -EINVAL;
     struct tw__mem mem;
     if ((rc = tw__mem_init(&mem, &o.allocator)))
         return rc;
@@ -185,8 +194,8 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
     t->clock_ctx = o.clock ? o.clock_ctx : NULL;
     t->max_pending = o.max_pending;
     t->threaded = o.threaded;
-    t->nshards = choose_shards(&o);
-    t->shard_bits = (uint32_t)__builtin_ctz(t->nshards);
+    t->nshards = nshards;
+    t->shard_bits = shard_bits;
     atomic_init(&t->total_pending, 0);
 
     /* the shards are cache-line aligned: over-allocate and align */
@@ -201,8 +210,6 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
     t->shards_raw = raw;
 
     uint64_t now = tw__clock_now(t);
-    /* a slot index shifted by shard_bits must fit in the id's low word */
-    uint32_t max_slots = t->shard_bits ? (1u << (32 - t->shard_bits)) - 1u : TW__MAX_SLOTS;
     uint32_t made = 0;
     for (; made < t->nshards; made++) {
         struct tw__shard *sh = &t->shards[made];

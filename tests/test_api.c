@@ -1121,11 +1121,31 @@ static void test_capacity_preallocates(void **state)
     assert_int_equal(a.allocs, before + 1); /* the pool grows past it */
     tw_destroy(t);
     assert_int_equal(a.live, 0);
-    /* a capacity that cannot be had fails creation cleanly */
+    /* a capacity the allocator cannot give fails creation cleanly; one
+     * beyond what a shard can ever hold is refused before anything is
+     * allocated (a shard's limit is lower with 32 or 64 shards: the id
+     * has room for fewer slots) */
     a.fail_above = 64u << 20;
-    o.capacity = 1ull << 40;
-    assert_int_equal(tw_create(&t, &o), -ENOMEM);
-    assert_int_equal(a.live, 0);
+    tw_timer *untouched = (tw_timer *)&a;
+    const struct { int threaded; uint32_t shards; uint64_t limit; } lim[] = {
+        { 0, 0, 238609294u }, { 1, 16, 16ull * 238609294u },
+        { 1, 32, 32ull * 134217727u }, { 1, 64, 64ull * 67108863u },
+    };
+    for (size_t k = 0; k < sizeof lim / sizeof lim[0]; k++) {
+        o.threaded = lim[k].threaded;
+        o.shards = lim[k].shards;
+        o.capacity = lim[k].limit;
+        t = untouched;
+        assert_int_equal(tw_create(&t, &o), -ENOMEM);
+        long allocs = a.allocs;
+        o.capacity = lim[k].limit + 1;
+        assert_int_equal(tw_create(&t, &o), -EINVAL);
+        o.capacity = UINT64_MAX;
+        assert_int_equal(tw_create(&t, &o), -EINVAL);
+        assert_int_equal(a.allocs, allocs);
+        assert_ptr_equal(t, untouched);
+        assert_int_equal(a.live, 0);
+    }
 }
 
 /* The pool grows by mremap with the default allocator (once it reaches
