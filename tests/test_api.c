@@ -1027,6 +1027,55 @@ static void test_destroy_from_callback(void **state)
     tw_destroy(t);
 }
 
+/* wheel.c's placement rule, seen through the levels it makes: a task goes
+ * to the finest level k whose W blocks, counted from the current tick
+ * rounded down to level k's width, reach its tick, and a level is made
+ * the first time a task needs it. With 1 ms ticks and W = 64, level 0
+ * holds ticks cur .. cur + 63, and level 1 the 64 blocks of 64 ticks from
+ * cur's own block. A deadline already past is due now and needs no level
+ * above 0, on the fast path and on the checked one (max_pending) alike. */
+static void test_level_boundaries(void **state)
+{
+    (void)state;
+    const struct { uint64_t start_ms, delay_ms, levels; } cases[] = {
+        { 0, 63, 1 },    { 0, 64, 2 },    { 10, 63, 1 },   { 10, 64, 2 },
+        { 0, 4095, 2 },  { 0, 4096, 3 },  { 10, 4085, 2 }, { 10, 4086, 3 },
+        { 70, 4089, 2 }, { 70, 4090, 3 }, /* cur's block is 64 .. 127 */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct fake_clock c;
+        tw_timer *t = mk(&c, cases[k].start_ms * MS, MS, 64);
+        int n = 0;
+        uint64_t due = (cases[k].start_ms + cases[k].delay_ms) * MS;
+        assert_int_equal(tw_schedule(t, cases[k].delay_ms * MS, count_fn, &n, NULL), 0);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.levels, cases[k].levels);
+        assert_int_equal(tw_check(t, stderr), 0);
+        assert_int_equal(tw_advance(t, due - 1), 0);
+        assert_int_equal(tw_advance(t, due), 1);
+        assert_int_equal(n, 1);
+        tw_destroy(t);
+    }
+    for (int limited = 0; limited < 2; limited++) {
+        struct fake_clock c;
+        struct tw_options o = manual_opts(&c, 10 * SEC, MS, 64);
+        o.max_pending = limited ? 100 : 0;
+        tw_timer *t;
+        assert_int_equal(tw_create(&t, &o), 0);
+        int n = 0;
+        assert_int_equal(tw_schedule_at(t, 0, count_fn, &n, NULL), 0);
+        assert_int_equal(tw_schedule_at(t, 5 * SEC, count_fn, &n, NULL), 0);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.levels, 1);
+        assert_int_equal(tw_check(t, stderr), 0);
+        assert_int_equal(tw_advance(t, 10 * SEC), 2); /* due now */
+        assert_int_equal(n, 2);
+        tw_destroy(t);
+    }
+}
+
 static void test_stats_and_misc(void **state)
 {
     (void)state;
@@ -1209,6 +1258,7 @@ int main(void)
         cmocka_unit_test(test_reschedule),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_order_across_levels),
+        cmocka_unit_test(test_level_boundaries),
         cmocka_unit_test(test_periodic_fixed_rate),
         cmocka_unit_test(test_periodic_fixed_delay),
         cmocka_unit_test(test_periodic_end_of_time),

@@ -102,10 +102,19 @@ static void test_heap_order(void **state)
     assert_check(f->t);
 }
 
+/* A bucket naming the wrong heap position breaks two rules, each checked
+ * from its own side: the heap's node does not find its bucket pointing
+ * back, and the bucket's position holds another bucket. */
 static void test_heap_index(void **state)
 {
     struct fixture *f = *state;
-    BREAK(tw__bucket_at(f->e, f->e->dq.h[0].bn)->heap_index, f->e->dq.n - 1, "heap_index");
+    uint32_t *hi = &tw__bucket_at(f->e, f->e->dq.h[0].bn)->heap_index;
+    BREAK(*hi, f->e->dq.n - 1, "heap_index");
+    *hi = f->e->dq.n - 1;
+    assert_caught(f->t, "found at");
+    assert_caught(f->t, "bad heap_index");
+    *hi = 0;
+    assert_check(f->t);
 }
 
 static void test_list_prev(void **state)
@@ -139,6 +148,21 @@ static void test_outside_bucket(void **state)
     struct fixture *f = *state;
     BREAK(entry_of(f, f->far)->deadline, entry_of(f, f->far)->deadline + 1000 * SEC,
           "outside level-2 bucket");
+    /* both edges of `mid`'s level-1 bucket, [exp, exp + 64) ticks */
+    uint32_t pos = 0;
+    while (f->e->dq.h[pos].bn >> f->e->sbits != 1)
+        pos++;
+    uint64_t exp = f->e->dq.h[pos].exp;
+    struct tw__entry *en = entry_of(f, f->mid);
+    assert_true(tw__ticks_ceil(f->e, en->deadline) >= exp);
+    BREAK(en->deadline, (exp - 1) * MS, "outside level-1 bucket");
+    BREAK(en->deadline, (exp + 64) * MS, "outside level-1 bucket");
+    uint64_t saved = en->deadline;
+    en->deadline = exp * MS; /* the first and the last tick it holds */
+    assert_check(f->t);
+    en->deadline = (exp + 63) * MS;
+    assert_check(f->t);
+    en->deadline = saved;
 }
 
 static void test_list_mask(void **state)
@@ -183,12 +207,30 @@ static void test_key_map(void **state)
 {
     struct fixture *f = *state;
     BREAK(f->e->keys.n, f->e->keys.n + 1, "key map");
+    struct tw__extra *x = entry_of(f, f->keyed)->arg;
+    uint32_t s = 0;
+    while (f->e->keys.slots[s] != x)
+        s++;
+    /* a key gone from the table, its count kept */
+    BREAK(f->e->keys.slots[s], NULL, "key map count");
+    /* a keyed task the table lost, count and all: a new task of that key
+     * would no longer replace it */
+    f->e->keys.slots[s] = NULL;
+    f->e->keys.n--;
+    assert_caught(f->t, "key map holds 0 keys, 1 keyed");
+    f->e->keys.n++;
+    f->e->keys.slots[s] = x;
+    assert_check(f->t);
+    /* a key stored where its hash does not lead: lookups miss it */
+    BREAK(x->hash, x->hash + 1, "cannot be found by its key");
 }
 
 static void test_level_limits(void **state)
 {
     struct fixture *f = *state;
     BREAK(f->e->lv[1].last, f->e->lv[1].last + 1, "level 1: last tick");
+    BREAK(f->e->lv[1].shift, f->e->lv[1].shift + 1, "level 1: last tick");
+    BREAK(f->e->lv[1].sb, f->e->lv[1].sb - 2, "level 1: last tick");
 }
 
 /* Tasks not yet due on the expired list: a bug, except while a drain is
@@ -196,6 +238,21 @@ static void test_level_limits(void **state)
 static void test_expired_list_not_due(void **state)
 {
     struct fixture *f = *state;
+    /* the edge: `near` on the expired list, due at the current tick (fine)
+     * and one tick after it (not) */
+    struct tw__entry *en = entry_of(f, f->near);
+    uint64_t saved = en->deadline;
+    tw__list_unlink(f->e, en);
+    tw__list_append(f->e, TW__EXPIRED_SENT, SLOT(f->near), en);
+    en->deadline = f->e->cur * MS;
+    assert_check(f->t);
+    en->deadline = (f->e->cur + 1) * MS;
+    assert_caught(f->t, "on the expired list");
+    tw__list_unlink(f->e, en);
+    en->deadline = saved;
+    tw__wheel_place(f->e, SLOT(f->near), en, tw__ticks_ceil(f->e, saved));
+    assert_check(f->t);
+
     tw__wheel_collect_all(f->e);
     assert_caught(f->t, "on the expired list");
     f->e->draining++;
@@ -290,6 +347,91 @@ static void test_expiration_beyond_span(void **state)
     BREAK(f->e->dq.h[pos].exp, f->e->dq.h[pos].exp + whole, "beyond its level's span");
 }
 
+/* A level-1 bucket's expiration off its level's grid (not a multiple of
+ * 64 ticks): it still maps to the bucket, and its task lies within it. */
+static void test_expiration_off_grid(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t pos = 0;
+    while (f->e->dq.h[pos].bn >> f->e->sbits != 1)
+        pos++;
+    BREAK(f->e->dq.h[pos].exp, f->e->dq.h[pos].exp + 1, "does not map to it");
+}
+
+/* A bucket above level 0 is due strictly after the clock: the advance that
+ * reaches its time cascades it. Made here by moving the clock onto a
+ * level-1 bucket's time without collecting it. */
+static void test_coarse_bucket_at_clock(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__engine *e = &t->shards[0].eng;
+    assert_int_equal(tw_schedule(t, 100 * MS, noop_fn, NULL, NULL), 0); /* level 1, at 64 */
+    assert_int_equal(e->dq.n, 1);
+    assert_int_equal(e->dq.h[0].exp, 64);
+    tw__wheel_set_cur(e, 63);
+    assert_check(t);
+    tw__wheel_set_cur(e, 64);
+    assert_caught(t, "is behind the clock");
+    tw_destroy(t);
+}
+
+/* What a level holds past its W blocks from the current one: only the
+ * next block of the level above, which tw__wheel_spread brings down. Made
+ * here by a task placed at level 1 in block 130 (parent block 2) while the
+ * current block is 100, and the clock then set back to block 63 (parent
+ * 0): 67 blocks ahead, and not in the next parent block. */
+static void test_expiration_past_next_parent(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__engine *e = &t->shards[0].eng;
+    assert_int_equal(tw_advance(t, 6400 * MS), 0);
+    assert_int_equal(tw_schedule_at(t, 130 * 64 * MS, noop_fn, NULL, NULL), 0);
+    assert_int_equal(e->dq.n, 1);
+    assert_int_equal(e->dq.h[0].bn >> e->sbits, 1);
+    struct tw__level saved[TW__MAX_LEVELS];
+    memcpy(saved, e->lv, sizeof saved);
+    e->cur = 63 * 64;
+    for (uint32_t k = 0; k < e->max_levels; k++)
+        e->lv[k].last = tw__wheel_level_last(e, k, e->cur);
+    assert_caught(t, "beyond its level's span");
+    e->cur = 6400;
+    memcpy(e->lv, saved, sizeof saved);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+/* `near` taken off its list, its slot and the pending count kept: a task
+ * lost, which would never fire. */
+static void test_task_lost_from_lists(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__entry *en = entry_of(f, f->near);
+    tw__list_unlink(f->e, en);
+    assert_caught(f->t, "pending");
+    f->e->scheduled--; /* the count agrees: only the slot tells */
+    assert_caught(f->t, "slots in use");
+    f->e->scheduled++;
+    tw__wheel_place(f->e, SLOT(f->near), en, tw__ticks_ceil(f->e, en->deadline));
+    assert_check(f->t);
+}
+
+/* The free slot dropped from the free list: neither used, free nor
+ * retired, it would never be handed out again. */
+static void test_slot_lost_from_free_list(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(f->e->pool.free_head, SLOT(f->freed));
+    BREAK(f->e->pool.free_head, entry_of(f, f->freed)->link.next, "retired !=");
+}
+
 /* `near` moved to another list of its bucket than its slot names. */
 static void test_wrong_list(void **state)
 {
@@ -329,8 +471,16 @@ static void test_free_list_broken(void **state)
 static void test_key_names_dead_task(void **state)
 {
     struct fixture *f = *state;
-    BREAK(((struct tw__extra *)entry_of(f, f->keyed)->arg)->slot, SLOT(f->freed),
-          "names a dead task");
+    struct tw__extra *x = entry_of(f, f->keyed)->arg;
+    BREAK(x->slot, SLOT(f->freed), "names a dead task");
+    /* each of the two signs on its own: a live task that is not this
+     * record's, and a free slot that still points at it */
+    BREAK(x->slot, SLOT(f->mid), "names a dead task");
+    void *arg = entry_of(f, f->freed)->arg;
+    entry_of(f, f->freed)->arg = x;
+    BREAK(x->slot, SLOT(f->freed), "names a dead task");
+    entry_of(f, f->freed)->arg = arg;
+    assert_check(f->t);
 }
 
 static void test_listed_while_running(void **state)
@@ -368,6 +518,11 @@ int main(void)
         T(test_expiration_does_not_map),
         T(test_expiration_behind_clock),
         T(test_expiration_beyond_span),
+        T(test_expiration_off_grid),
+        cmocka_unit_test(test_coarse_bucket_at_clock),
+        cmocka_unit_test(test_expiration_past_next_parent),
+        T(test_task_lost_from_lists),
+        T(test_slot_lost_from_free_list),
         T(test_wrong_list),
         T(test_generation_disagrees),
         T(test_free_list_broken),
