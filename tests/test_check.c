@@ -358,6 +358,16 @@ static void test_expiration_off_grid(void **state)
     BREAK(f->e->dq.h[pos].exp, f->e->dq.h[pos].exp + 1, "does not map to it");
 }
 
+/* A manual timer of its own, empty, for a state the fixture cannot reach. */
+static tw_timer *empty_timer(struct fake_clock *c, struct tw__engine **e)
+{
+    struct tw_options o = manual_opts(c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    *e = &t->shards[0].eng;
+    return t;
+}
+
 /* A bucket above level 0 is due strictly after the clock: the advance that
  * reaches its time cascades it. Made here by moving the clock onto a
  * level-1 bucket's time without collecting it. */
@@ -365,10 +375,8 @@ static void test_coarse_bucket_at_clock(void **state)
 {
     (void)state;
     struct fake_clock c;
-    struct tw_options o = manual_opts(&c, 0, MS, 64);
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    struct tw__engine *e = &t->shards[0].eng;
+    struct tw__engine *e;
+    tw_timer *t = empty_timer(&c, &e);
     assert_int_equal(tw_schedule(t, 100 * MS, noop_fn, NULL, NULL), 0); /* level 1, at 64 */
     assert_int_equal(e->dq.n, 1);
     assert_int_equal(e->dq.h[0].exp, 64);
@@ -388,10 +396,8 @@ static void test_expiration_past_next_parent(void **state)
 {
     (void)state;
     struct fake_clock c;
-    struct tw_options o = manual_opts(&c, 0, MS, 64);
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    struct tw__engine *e = &t->shards[0].eng;
+    struct tw__engine *e;
+    tw_timer *t = empty_timer(&c, &e);
     assert_int_equal(tw_advance(t, 6400 * MS), 0);
     assert_int_equal(tw_schedule_at(t, 130 * 64 * MS, noop_fn, NULL, NULL), 0);
     assert_int_equal(e->dq.n, 1);
