@@ -177,10 +177,10 @@ TW_API void tw_options_init(struct tw_options *o);
  * or -EINVAL (out NULL, tick_ns 0, wheel_size not a power of two in
  * [2, TW_MAX_WHEEL_SIZE], only one allocator function set, workers or
  * shards without threaded, threaded not 0 or 1, more than 1024 workers or
- * 64 shards, a capacity beyond what the shards can hold), -ENOMEM, or (threaded) pthread_create's error negated
- * (-EAGAIN: a thread or memory limit). On error *out is left as it was,
- * every byte is freed and every thread already started is joined.
- * The options are copied. */
+ * 64 shards, a capacity beyond what the shards can hold), -ENOMEM, or
+ * (threaded) pthread_create's error negated (-EAGAIN: a thread or memory
+ * limit). On error *out is left as it was, every byte is freed and every
+ * thread already started is joined. The options are copied. */
 TW_API int tw_create(tw_timer **out, const struct tw_options *o);
 
 /* Destroys a timer; a threaded timer is stopped first (pending tasks are
