@@ -23,6 +23,16 @@ static struct tw__entry *entry_of(struct fixture *f, tw_id id)
     return tw__pool_entry(&f->e->pool, tw__id_slot(f->t, id));
 }
 
+/* The heap position of `mid`'s bucket, the fixture's only one at level 1. */
+static uint32_t mid_bucket_pos(struct fixture *f)
+{
+    for (uint32_t pos = 0; pos < f->e->dq.n; pos++)
+        if (f->e->dq.h[pos].bn >> f->e->sbits == 1)
+            return pos;
+    fail_msg("no level-1 bucket is queued");
+    return 0;
+}
+
 static int setup(void **state)
 {
     static struct fixture f;
@@ -149,10 +159,7 @@ static void test_outside_bucket(void **state)
     BREAK(entry_of(f, f->far)->deadline, entry_of(f, f->far)->deadline + 1000 * SEC,
           "outside level-2 bucket");
     /* both edges of `mid`'s level-1 bucket, [exp, exp + 64) ticks */
-    uint32_t pos = 0;
-    while (f->e->dq.h[pos].bn >> f->e->sbits != 1)
-        pos++;
-    uint64_t exp = f->e->dq.h[pos].exp;
+    uint64_t exp = f->e->dq.h[mid_bucket_pos(f)].exp;
     struct tw__entry *en = entry_of(f, f->mid);
     assert_true(tw__ticks_ceil(f->e, en->deadline) >= exp);
     BREAK(en->deadline, (exp - 1) * MS, "outside level-1 bucket");
@@ -337,12 +344,7 @@ static void test_expiration_behind_clock(void **state)
 static void test_expiration_beyond_span(void **state)
 {
     struct fixture *f = *state;
-    uint32_t bn = 0;
-    for (uint32_t k = 0; k < f->e->dq.n; k++) /* `mid`'s bucket, at level 1 */
-        if (f->e->dq.h[k].bn >> f->e->sbits == 1)
-            bn = f->e->dq.h[k].bn;
-    assert_int_equal(bn >> f->e->sbits, 1);
-    uint32_t pos = tw__bucket_at(f->e, bn)->heap_index;
+    uint32_t pos = mid_bucket_pos(f);
     uint64_t whole = (uint64_t)(f->e->smask + 1) << f->e->bits; /* 2W blocks of W ticks */
     BREAK(f->e->dq.h[pos].exp, f->e->dq.h[pos].exp + whole, "beyond its level's span");
 }
@@ -352,9 +354,7 @@ static void test_expiration_beyond_span(void **state)
 static void test_expiration_off_grid(void **state)
 {
     struct fixture *f = *state;
-    uint32_t pos = 0;
-    while (f->e->dq.h[pos].bn >> f->e->sbits != 1)
-        pos++;
+    uint32_t pos = mid_bucket_pos(f);
     BREAK(f->e->dq.h[pos].exp, f->e->dq.h[pos].exp + 1, "does not map to it");
 }
 
