@@ -122,10 +122,23 @@ static inline uint64_t rng(void)
     return x * 0x2545F4914F6CDD1Dull;
 }
 
-/* uniform in [lo, hi) without a division */
+/* the high 64 bits of a * b */
+static inline uint64_t mul_hi(uint64_t a, uint64_t b)
+{
+#ifdef __SIZEOF_INT128__
+    return (uint64_t)(((unsigned __int128)a * b) >> 64);
+#else /* 32-bit targets: the same value from four 32-bit products */
+    uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
+    uint64_t mid = (al * bl >> 32) + (uint32_t)(ah * bl) + (uint32_t)(al * bh);
+    return ah * bh + (ah * bl >> 32) + (al * bh >> 32) + (mid >> 32);
+#endif
+}
+
+/* uniform in [lo, hi) without a division (the same draws on every
+ * target) */
 static inline uint64_t uniform(uint64_t lo, uint64_t hi)
 {
-    return lo + (uint64_t)(((unsigned __int128)rng() * (hi - lo)) >> 64);
+    return lo + mul_hi(rng(), hi - lo);
 }
 
 static int selected(const char *list, const char *name)

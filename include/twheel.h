@@ -117,9 +117,11 @@ struct tw_options {
                                      share). A shard holds
                                      at most 238,609,294 tasks (with 32
                                      shards 134,217,727, with 64
-                                     67,108,863; then -ENOMEM); a
-                                     capacity whose share is larger is
-                                     refused (-EINVAL). */
+                                     67,108,863; on a 32-bit target
+                                     59,652,323 whatever the shards;
+                                     then -ENOMEM); a capacity whose
+                                     share is larger is refused
+                                     (-EINVAL). */
 };
 
 /* Largest wheel_size: 4096, i.e. at most 288 KB a level. A bucket is

@@ -38,6 +38,7 @@
 #ifndef TW_POOL_H
 #define TW_POOL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mem.h"
@@ -61,7 +62,13 @@
 #define TW__SENT 0x80000000u         /* set on sentinel (list head) refs */
 #define TW__NIL 0xFFFFFFFFu          /* no element */
 #define TW__EXPIRED_SENT 0xFFFFFFFDu /* the expired list's sentinel */
-#define TW__MAX_SLOTS 238609294u     /* (2^31 - 2) / 9: refs stay positive */
+/* Slots stop where a ref would reach the sign bit ((2^31 - 2) / 9), and
+ * where the pool's bytes would pass half of what size_t can count: that
+ * second bound is the lower one on 32-bit targets (59,652,323 slots, a
+ * 2 GiB pool), where the sizes below would otherwise wrap. */
+#define TW__REF_SLOTS 238609294u
+#define TW__MAX_SLOTS                                                          \
+    (SIZE_MAX / 72 < TW__REF_SLOTS ? (uint32_t)(SIZE_MAX / 72) : TW__REF_SLOTS)
 #define TW__POOL_MIN 256u            /* first capacity */
 
 struct tw__link {
@@ -81,8 +88,19 @@ struct tw__link {
 struct __attribute__((packed, aligned(4))) tw__entry {
     struct tw__link link;
     uint32_t gen;      /* low two bits: 0 free, 1 plain task, 2 extra */
+    /* On a 32-bit target the two pointers are padded to 8 bytes, so that
+     * an entry is 36 bytes (9 ref units) everywhere and the ref arithmetic
+     * above has one form. That wastes 8 bytes a slot there; a 28-byte
+     * entry would need refs in units of 7. */
+#if UINTPTR_MAX > 0xFFFFFFFFu
     tw_fn fn;
     void *arg;
+#else
+    tw_fn fn;
+    uint32_t fn_pad_;
+    void *arg;
+    uint32_t arg_pad_;
+#endif
     uint64_t deadline; /* ns */
 };
 

@@ -51,6 +51,12 @@ static inline void tw__div_init(struct tw__div *v, uint64_t d)
             v->lim = (1ull << 63) - d; /* x + d - 1 < 2^63 */
         }
     }
+#else
+    /* no 128-bit multiply (32-bit targets): the "hot" path is the
+     * hardware divide, exact for any x; the same lim keeps the fast path
+     * of tw_schedule covering the same deadlines as on 64-bit targets */
+    if (d >= 2 && d <= (1ull << 62))
+        v->lim = (1ull << 63) - d;
 #endif
 }
 
@@ -72,7 +78,7 @@ static inline uint64_t tw__div_floor(const struct tw__div *v, uint64_t x,
 }
 
 /* ceil(x / d) for x <= v->lim only (the caller checks): one multiply and
- * one shift. */
+ * one shift (a divide on targets without a 128-bit multiply). */
 static inline uint64_t tw__div_ceil_hot(const struct tw__div *v, uint64_t x)
 {
 #ifdef __SIZEOF_INT128__

@@ -129,20 +129,17 @@ static uint32_t choose_shards(const struct tw_options *o)
 {
     if (!o->threaded)
         return 1;
-    long want = o->shards;
+    uint32_t want = o->shards;
     if (!want) {
         /* More shards than CPUs: threads stick to a shard, and with only
          * one shard per CPU, 8 threads on 2 CPUs share each lock four
          * ways; a holder preempted mid-operation then stalls the others
          * for a time slice (W5 measured 0.49x of 2 threads). */
-        want = 4 * usable_cpus();
-        if (want < 4)
-            want = 4;
-        if (want > 64)
-            want = 64;
+        long cpus = usable_cpus();
+        want = cpus < 1 ? 4 : cpus > 16 ? 64 : 4 * (uint32_t)cpus;
     }
     uint32_t n = 1;
-    while (n < (uint32_t)want)
+    while (n < want)
         n <<= 1;
     return n;
 }

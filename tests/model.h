@@ -666,9 +666,14 @@ static inline void m_rearm(struct model *m, struct mtask *k)
         if (k->deadline > m->now)
             MODEL_FAIL(m, "periodic task %ld fired before its deadline",
                        (long)(k - m->tasks));
-        unsigned __int128 j = (unsigned __int128)((m->now - k->deadline) / k->period) + 1;
-        unsigned __int128 n = (unsigned __int128)k->deadline + j * k->period;
-        next = n > UINT64_MAX ? UINT64_MAX : (uint64_t)n;
+        uint64_t j = (m->now - k->deadline) / k->period, n;
+        /* j + 1 periods past the deadline, saturating (any overflow
+         * lands past UINT64_MAX) */
+        if (__builtin_mul_overflow(j, k->period, &n) ||
+            __builtin_add_overflow(n, k->period, &n) ||
+            __builtin_add_overflow(n, k->deadline, &n))
+            n = UINT64_MAX;
+        next = n;
     }
     k->has_resched = 0;
     k->deadline = next;

@@ -305,7 +305,7 @@ static void test_default_shards_follow_affinity(void **state)
 }
 
 /* The pool's slot limit (238,609,294 a shard, less with many shards: a
- * task id has room for no more), lowered here to 300: the pool doubles
+ * task id has room for no more; less on 32-bit targets), lowered here to 300: the pool doubles
  * from 256 up to it, clamped, and past it a schedule of any kind fails
  * with -ENOMEM, nothing changed; a slot given back is taken again. */
 static void test_slot_limit(void **state)
