@@ -359,7 +359,13 @@ static void *driver_main(void *p)
         uint64_t until = mono + wait < mono ? UINT64_MAX : mono + wait;
         if (until > (uint64_t)INT64_MAX)
             until = (uint64_t)INT64_MAX;
-        struct timespec ts = { (time_t)(until / 1000000000u), (long)(until % 1000000000u) };
+        /* a 32-bit time_t (i386, armhf) counts 68 years of seconds: a
+         * sleep further out is cut there (the driver then replans), not
+         * wrapped into the past, where it would spin */
+        uint64_t sec = until / 1000000000u;
+        if (sizeof(time_t) < 8 && sec > (uint64_t)INT32_MAX)
+            sec = (uint64_t)INT32_MAX;
+        struct timespec ts = { (time_t)sec, (long)(until % 1000000000u) };
         pthread_cond_timedwait(&rt->cv, &rt->mu, &ts);
         atomic_store(&rt->target, 0); /* awake: the next pass replans */
     }

@@ -141,6 +141,13 @@ static void test_driver_sleeps_behind_monotonic(void **state)
     assert_int_equal(tw_schedule_at(t, far.deadline, ftask_fn, &far, NULL), 0);
     assert_int_equal(tw_wake(t), 0);
     assert_driver_asleep(&c); /* only a task at the end of time */
+    /* one due in 100 years: past what a 32-bit time_t counts (2^31 s, 68
+     * years), so the sleep's seconds must be capped there, not wrapped
+     * into the past */
+    struct ftask century = { &c, 100ull * 365 * 24 * 3600 * SEC, 0, 0 };
+    assert_int_equal(tw_schedule_at(t, century.deadline, ftask_fn, &century, NULL), 0);
+    assert_int_equal(tw_wake(t), 0);
+    assert_driver_asleep(&c);
     struct ftask hour = { &c, 3600 * SEC, 0, 0 };
     assert_int_equal(tw_schedule_at(t, hour.deadline, ftask_fn, &hour, NULL), 0);
     assert_int_equal(tw_wake(t), 0);
@@ -149,6 +156,7 @@ static void test_driver_sleeps_behind_monotonic(void **state)
     assert_int_equal(tw_wake(t), 0);
     assert_int_equal(atomic_load(&hour.fired), 1);
     assert_int_equal(atomic_load(&far.fired), 0);
+    assert_int_equal(atomic_load(&century.fired), 0);
     assert_int_equal(atomic_load(&hour.early), 0);
     assert_check(t);
     tw_destroy(t);
