@@ -68,12 +68,15 @@ struct w1_input {
 enum floor_model {
     FLOOR_EAGER,       /* cancel unlinks at once (what twheel does) */
     FLOOR_EAGER_CLOCK, /* the same, with one bench_now_ns() per add */
+    FLOOR_EAGER_PAD,   /* the same, with FLOOR_PAD_NOPS no-ops per pair */
     FLOOR_LAZY,        /* cancel marks the entry dead; a rebuild reclaims
                           when the dead reach the live */
     FLOOR_SPLIT,       /* lazy, with the generations in their own array:
                           cancel touches 4 bytes of it, not the entry */
     FLOOR_SPLIT_8,     /* the same, rebuilt at an eighth of the live */
 };
+#define FLOOR_PAD_NOPS 50 /* about twheel's instructions per W1 pair beyond
+                             the bare loop's (benchmarks/callgrind.sh) */
 double floor_w1_ns(const struct w1_input *in, enum floor_model model,
                    double *slots_per_timer);
 /* The same on array buckets (cancel moves the bucket's last element into

@@ -9,7 +9,9 @@
 # the back-end table (~25 instructions, the same for every back end) plus
 # the back end's add and cancel. For twheel, "library" is tw_schedule +
 # tw_cancel alone (twheel-thr: the threaded API, its shard lock and clock
-# read included).
+# read included). "floor" is the bare-list loop of benchmarks/floor.c (no
+# library, no call per pair: everything is inline), and "floor+nops" the
+# same with the no-ops twheel-bench's floor row adds to each pair.
 set -eu
 bench=${1:-build/benchmarks/twheel-bench}
 pairs=100000
@@ -27,4 +29,13 @@ for be in twheel twheel-thr heap heap-inline hashed; do
       awk '/src\/timer.c:tw_(schedule|cancel)$/ {gsub(",", "", $1); s += $1} END {printf "%.0f", s / '"$pairs"'}')
   fi
   printf '%-12s %16s %16s\n' "$be" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "$lib"
+done
+for fl in floor floor+nops; do
+  fn=floor_loop_eager
+  [ "$fl" = floor+nops ] && fn=floor_loop_eager_pad
+  out="$tmp/cg.$fl"
+  valgrind --tool=callgrind --toggle-collect="$fn" --callgrind-out-file="$out" \
+    "$bench" --callgrind 10000 --backends floor >/dev/null 2>&1
+  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  printf '%-12s %16s %16s\n' "$fl" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "-"
 done
