@@ -53,9 +53,9 @@
 #define FL_STR(x) FL_STR2(x)
 #define FL_NIL 0xFFFFFFFFu
 
-/* Every helper below takes `split` (and the loop `lazy`, `read_clock`) as
- * a constant at each call and is forced inline, so each timed loop is
- * compiled for one model alone, with no test per iteration. */
+/* Every helper below takes `split` (and the loop `lazy`, `read_clock`,
+ * `pad`) as a constant at each call and is forced inline, so each timed
+ * loop is compiled for one model alone, with no test per iteration. */
 #define FL_INLINE static inline __attribute__((always_inline))
 
 struct __attribute__((packed, aligned(4))) fl_entry {
