@@ -40,6 +40,9 @@ struct backend_ops {
     /* 1: advance honours any now, even one ahead of the real clock, so
      * W2 can also run on a simulated clock (the loops ignore now). */
     int sim_clock;
+    /* 1: a model of schedule and cancel alone (no advance, no next):
+     * runs W1, W1r and W4 only. */
+    int no_advance;
 };
 
 struct backend {
@@ -49,7 +52,7 @@ struct backend {
 };
 
 extern const struct backend_ops be_twheel, be_twheel_threaded, be_heap,
-    be_heap_inline, be_hashed, be_libevent, be_libuv;
+    be_heap_inline, be_hashed, be_intrusive, be_libevent, be_libuv;
 
 uint64_t bench_now_ns(void);
 double bench_thread_cpu(void); /* this thread's CPU time, s */

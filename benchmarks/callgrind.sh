@@ -9,7 +9,9 @@
 # the back-end table (~25 instructions, the same for every back end) plus
 # the back end's add and cancel. For twheel, "library" is tw_schedule +
 # tw_cancel alone (twheel-thr: the threaded API, its shard lock and clock
-# read included). "floor" is the bare-list loop of benchmarks/floor.c (no
+# read included); for the intrusive model (benchmarks/intrusive.c),
+# it_schedule + it_cancel, its loop figure including the free list that
+# stands in for the caller's own objects. "floor" is the bare-list loop of benchmarks/floor.c (no
 # library, no call per pair: everything is inline), and "floor+nops" the
 # same with the no-ops twheel-bench's floor row adds to each pair.
 set -eu
@@ -18,15 +20,20 @@ pairs=100000
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf '%-12s %16s %16s\n' backend "loop instr/pair" "library/pair"
-for be in twheel twheel-thr heap heap-inline hashed; do
+for be in twheel twheel-thr heap heap-inline hashed intrusive; do
   out="$tmp/cg.$be"
   valgrind --tool=callgrind --toggle-collect=w1_loop --callgrind-out-file="$out" \
     "$bench" --callgrind 10000 --backends "$be" >/dev/null 2>&1
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   lib="-"
-  if [ "$be" = twheel ] || [ "$be" = twheel-thr ]; then
+  pat=
+  case $be in
+  twheel|twheel-thr) pat='src\/timer.c:tw_(schedule|cancel)$' ;;
+  intrusive) pat='benchmarks\/intrusive.c:it_(schedule|cancel) \[' ;; # not the "=>" lines
+  esac
+  if [ -n "$pat" ]; then
     lib=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null |
-      awk '/src\/timer.c:tw_(schedule|cancel)$/ {gsub(",", "", $1); s += $1} END {printf "%.0f", s / '"$pairs"'}')
+      awk '$0 ~ /'"$pat"'/ {gsub(",", "", $1); s += $1} END {printf "%.0f", s / '"$pairs"'}')
   fi
   printf '%-12s %16s %16s\n' "$be" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "$lib"
 done
