@@ -11,9 +11,10 @@
 # tw_cancel alone (twheel-thr: the threaded API, its shard lock and clock
 # read included); for the intrusive model (benchmarks/intrusive.c),
 # it_schedule + it_cancel, its loop figure including the free list that
-# stands in for the caller's own objects. "floor" is the bare-list loop of benchmarks/floor.c (no
-# library, no call per pair: everything is inline), and "floor+nops" the
-# same with the no-ops twheel-bench's floor row adds to each pair.
+# stands in for the caller's own objects. "floor" is the bare-list loop
+# of benchmarks/floor.c (no library, no call per pair: everything is
+# inline), and "floor+nops" the same with the no-ops twheel-bench's floor
+# row adds to each pair.
 set -eu
 bench=${1:-build/benchmarks/twheel-bench}
 pairs=100000

@@ -63,7 +63,7 @@ struct it_task {
 
 struct it_wheel {
     uint64_t now_ns, cur; /* the clock at open, and its tick (never moved) */
-    uint64_t room;        /* delays below this take the path below */
+    uint64_t room;        /* below it, now + delay stays on tickdiv's hot path */
     struct tw__div tick;
     struct {               /* per level, as twheel's struct tw__level */
         uint64_t last;     /* the last tick level k holds */
@@ -104,9 +104,8 @@ static __attribute__((noinline)) void it_mark(struct it_wheel *w, struct it_link
 /* Schedules task t, owned by the caller and not pending, to call fn(arg)
  * delay_ns from now. 0, -EINVAL (NULL argument), -EBUSY (t is pending) or
  * -ERANGE (past the top level). */
-static IT_API int it_schedule(struct it_wheel *w, struct it_task *t,
-                                                 uint64_t delay_ns, void (*fn)(void *),
-                                                 void *arg)
+static IT_API int it_schedule(struct it_wheel *w, struct it_task *t, uint64_t delay_ns,
+                              void (*fn)(void *), void *arg)
 {
     if (__builtin_expect(!w || !t || !fn, 0))
         return -EINVAL;
@@ -170,7 +169,7 @@ static int itb_open(struct backend *b, size_t cap, uint64_t now)
     tw__div_init(&w->tick, b->tick_ns);
     w->now_ns = now;
     w->cur = now / b->tick_ns;
-    w->room = now < w->tick.lim ? w->tick.lim - now : 0; /* on tickdiv's hot path */
+    w->room = now < w->tick.lim ? w->tick.lim - now : 0;
     for (uint32_t j = 0; j < 64; j++)
         w->level_of_log2[j] = (uint8_t)(j / IT_BITS);
     for (uint32_t k = 0; k < IT_LAST; k++) { /* last: as tw__wheel_level_last */
