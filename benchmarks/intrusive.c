@@ -1,4 +1,4 @@
-/* intrusive.c: a model of twheel with caller-owned tasks, for W1 only.
+/* intrusive.c: a model of twheel with caller-owned tasks, for W1 and W4.
  *
  * twheel hands out 64-bit ids and keeps every task in its own pool: the
  * id's slot and generation are checked on cancel, so a stale or made-up id
@@ -72,8 +72,10 @@ struct it_wheel {
     } lv[IT_LAST];
     uint8_t level_of_log2[64];
     uint64_t scheduled, cancelled;
-    uint64_t occupied[IT_LEVELS];         /* bit s: bucket s has a started list */
-    uint8_t started[IT_LEVELS][IT_SLOTS]; /* bit j: list j of the bucket */
+    /* bit j: list j of the bucket holds a task. Nothing here reads it (the
+     * model has no advance); it stands for the mark and the bucket queueing
+     * twheel does when a list starts or empties, the rare path's cost. */
+    uint8_t started[IT_LEVELS][IT_SLOTS];
     struct it_link head[IT_LEVELS * IT_SLOTS * IT_SUBS]; /* level, bucket, list */
     /* the caller's side: the objects the tasks live in */
     struct it_task *tasks, *free;
@@ -95,10 +97,6 @@ static __attribute__((noinline)) void it_mark(struct it_wheel *w, struct it_link
         w->started[k][s] |= (uint8_t)(1u << j);
     else
         w->started[k][s] &= (uint8_t)~(1u << j);
-    if (w->started[k][s])
-        w->occupied[k] |= 1ull << s;
-    else
-        w->occupied[k] &= ~(1ull << s);
 }
 
 /* Schedules task t, owned by the caller and not pending, to call fn(arg)
@@ -201,7 +199,7 @@ static void it_check(const struct it_wheel *w)
         }
         size_t k = n / IT_SUBS / IT_SLOTS, s = n / IT_SUBS % IT_SLOTS;
         int on = (w->started[k][s] >> (n % IT_SUBS)) & 1;
-        if (on != (h->next != h) || !(w->occupied[k] >> s & 1) != !w->started[k][s])
+        if (on != (h->next != h))
             abort();
     }
     if (linked != w->scheduled - w->cancelled)
