@@ -6,8 +6,10 @@
  *   W1r realistic churn: as W1, but the timer cancelled is the one added
  *       k operations ago, k uniform in [1, 1000] (requests that complete).
  *   W2  expire-all: 10^6 timers, delays 0 .. 2 s, driven in real time until
- *       all fired. CPU s per million fired (adds included), lateness. Then
- *       the same on a simulated clock (1 ms steps, no sleeping): the back
+ *       all fired. CPU s per million fired (adds included), lateness;
+ *       threaded twheel twice, through tw_schedule (it reads the clock)
+ *       and through tw_schedule_at ("twheel-at": given the deadline the
+ *       benchmark read). Then the same on a simulated clock (1 ms steps, no sleeping): the back
  *       end's own work, its longest advance, and what one sleep costs.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU and wake-ups.
@@ -602,13 +604,34 @@ static int w2_once(const struct backend_ops *ops, size_t n, struct w2_out *o)
     return fired == n ? 0 : -1;
 }
 
+/* One W2 row: runs ops, prints its line, writes its CSV and plot rows. */
+static double w2_row(const struct backend_ops *ops, size_t n, FILE *plot)
+{
+    progress("W2 %s...\r", ops->name);
+    struct w2_out o = { 0 };
+    int ok = w2_once(ops, n, &o) == 0;
+    progress("%60s\r", "");
+    printf("    %-11s %14.3f %8.1f %10.3f %10.3f %10.3f %10.3f%s\n", ops->name,
+           o.cpu_per_million, o.add_ns, (double)o.p50 / 1e6, (double)o.p99 / 1e6, (double)o.max / 1e6, (double)o.min / 1e6,
+           ok ? (o.min < 0 ? "  fired EARLY" : "") : "  DID NOT FINISH");
+    csv_row("W2", ops->name, n, "late_p50_ns", (double)o.p50, 0);
+    csv_row("W2", ops->name, n, "late_p99_ns", (double)o.p99, 0);
+    csv_row("W2", ops->name, n, "late_max_ns", (double)o.max, 0);
+    csv_row("W2", ops->name, n, "late_min_ns", (double)o.min, 0);
+    csv_row("W2", ops->name, n, "add_ns", o.add_ns, 0);
+    if (plot)
+        fprintf(plot, "%s %.4f %.4f %.4f\n", ops->name, (double)o.p50 / 1e6,
+                (double)o.p99 / 1e6, (double)o.max / 1e6);
+    return o.cpu_per_million;
+}
+
 static void run_w2(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
     printf("\nW2 expire-all: %zu timers, delays 0 .. 2 s, real time until all fired\n", n);
     printf("    %-11s %14s %8s %10s %10s %10s %10s\n", "", "CPU s/million", "add ns", "late p50",
            "p99", "max", "min (ms)");
-    struct result r[NBACKENDS];
+    struct result r[NBACKENDS + 1];
     int nr = 0;
     char path[512];
     snprintf(path, sizeof path, "%s-w2.dat", cfg.out);
@@ -619,22 +642,15 @@ static void run_w2(void)
         const struct backend_ops *ops = all_backends[b];
         if (!available(ops) || !selected(cfg.backends, ops->name) || ops->no_advance)
             continue;
-        progress("W2 %s...\r", ops->name);
-        struct w2_out o = { 0 };
-        int ok = w2_once(ops, n, &o) == 0;
-        progress("%60s\r", "");
-        printf("    %-11s %14.3f %8.1f %10.3f %10.3f %10.3f %10.3f%s\n", ops->name,
-               o.cpu_per_million, o.add_ns, (double)o.p50 / 1e6, (double)o.p99 / 1e6, (double)o.max / 1e6, (double)o.min / 1e6,
-               ok ? (o.min < 0 ? "  fired EARLY" : "") : "  DID NOT FINISH");
         r[nr].be = ops->name;
-        r[nr++].v = o.cpu_per_million;
-        csv_row("W2", ops->name, n, "late_p50_ns", (double)o.p50, 0);
-        csv_row("W2", ops->name, n, "late_p99_ns", (double)o.p99, 0);
-        csv_row("W2", ops->name, n, "late_max_ns", (double)o.max, 0);
-        csv_row("W2", ops->name, n, "late_min_ns", (double)o.min, 0);
-        if (plot)
-            fprintf(plot, "%s %.4f %.4f %.4f\n", ops->name, (double)o.p50 / 1e6,
-                    (double)o.p99 / 1e6, (double)o.max / 1e6);
+        r[nr++].v = w2_row(ops, n, plot);
+        /* what the threaded tw_schedule's own clock read costs: the same
+         * adds through tw_schedule_at, given the deadline the benchmark
+         * has just read */
+        if (ops == &be_twheel_threaded) {
+            r[nr].be = be_twheel_threaded_at.name;
+            r[nr++].v = w2_row(&be_twheel_threaded_at, n, plot);
+        }
     }
     if (plot)
         fclose(plot);

@@ -53,6 +53,9 @@ struct backend {
 
 extern const struct backend_ops be_twheel, be_twheel_threaded, be_heap,
     be_heap_inline, be_hashed, be_intrusive, be_libevent, be_libuv;
+/* W2 only (its add takes the argument as the absolute deadline): run
+ * after twheel-thr, not listed in the back-end table. */
+extern const struct backend_ops be_twheel_threaded_at;
 
 uint64_t bench_now_ns(void);
 double bench_thread_cpu(void); /* this thread's CPU time, s */
