@@ -9,8 +9,9 @@
  *       all fired. CPU s per million fired (adds included), lateness;
  *       threaded twheel twice, through tw_schedule (it reads the clock)
  *       and through tw_schedule_at ("twheel-at": given the deadline the
- *       benchmark read). Then the same on a simulated clock (1 ms steps, no sleeping): the back
- *       end's own work, its longest advance, and what one sleep costs.
+ *       benchmark read). Then the same on a simulated clock (1 ms steps,
+ *       no sleeping): the back end's own work, its longest advance, and
+ *       what one sleep costs.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU and wake-ups.
  *   W4  memory: resident bytes per pending timer at N = 10^6 (measured in
