@@ -605,6 +605,14 @@ static int w2_once(const struct backend_ops *ops, size_t n, struct w2_out *o)
     return fired == n ? 0 : -1;
 }
 
+/* twheel-at (W2 only) runs with twheel-thr, or on its own name. */
+static int at_selected(void)
+{
+    return available(&be_twheel_threaded) && selected(cfg.only, "w2") &&
+           (selected(cfg.backends, be_twheel_threaded.name) ||
+            selected(cfg.backends, be_twheel_threaded_at.name));
+}
+
 /* One W2 row: runs ops, prints its line, writes its CSV and plot rows. */
 static double w2_row(const struct backend_ops *ops, size_t n, FILE *plot)
 {
@@ -641,14 +649,16 @@ static void run_w2(void)
         fprintf(plot, "backend p50_ms p99_ms max_ms\n");
     for (size_t b = 0; b < NBACKENDS; b++) {
         const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->no_advance)
+        if (!available(ops) || ops->no_advance)
             continue;
-        r[nr].be = ops->name;
-        r[nr++].v = w2_row(ops, n, plot);
+        if (selected(cfg.backends, ops->name)) {
+            r[nr].be = ops->name;
+            r[nr++].v = w2_row(ops, n, plot);
+        }
         /* what the threaded tw_schedule's own clock read costs: the same
          * adds through tw_schedule_at, given the deadline the benchmark
-         * has just read */
-        if (ops == &be_twheel_threaded) {
+         * has just read (with twheel-thr, or on its own name) */
+        if (ops == &be_twheel_threaded && at_selected()) {
             r[nr].be = be_twheel_threaded_at.name;
             r[nr++].v = w2_row(&be_twheel_threaded_at, n, plot);
         }
@@ -1004,6 +1014,28 @@ static void usage(void)
     exit(2);
 }
 
+/* Every name in --backends must be one twheel-bench knows: a typo would
+ * otherwise leave its rows out without a word. */
+static int backends_known(const char *list)
+{
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int ok = (len == 9 && !strncmp(p, "twheel-at", len)) ||
+                 (len == 5 && !strncmp(p, "floor", len));
+        for (size_t b = 0; b < NBACKENDS && !ok; b++)
+            ok = strlen(all_backends[b]->name) == len && !strncmp(p, all_backends[b]->name, len);
+        if (!ok) {
+            fprintf(stderr, "twheel-bench: unknown back end '%.*s'\n", (int)len, p);
+            return 0;
+        }
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     ssize_t len = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
@@ -1029,6 +1061,8 @@ int main(int argc, char **argv)
         else
             usage();
     }
+    if (cfg.backends && !backends_known(cfg.backends))
+        usage();
 
     if (cfg.callgrind_n > 0) {
         /* Only the W1 loop, for instruction counting under callgrind
@@ -1056,10 +1090,14 @@ int main(int argc, char **argv)
     for (size_t b = 0; b < NBACKENDS; b++)
         if (selected(cfg.backends, all_backends[b]->name))
             printf(" %s%s", all_backends[b]->name, available(all_backends[b]) ? "" : " (SKIPPED: not built)");
+    if (at_selected())
+        printf(" %s", be_twheel_threaded_at.name);
     printf("\n");
     for (size_t b = 0; b < NBACKENDS; b++)
         if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name))
             printf("  %-11s %s\n", all_backends[b]->name, all_backends[b]->about);
+    if (at_selected())
+        printf("  %-11s %s\n", be_twheel_threaded_at.name, be_twheel_threaded_at.about);
     printf("ratios are to the heap in this run; tick 1 ms for the wheels\n");
 
     if (selected(cfg.only, "w1") || selected(cfg.only, "w1r"))
