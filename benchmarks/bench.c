@@ -144,20 +144,32 @@ static inline uint64_t uniform(uint64_t lo, uint64_t hi)
     return lo + mul_hi(rng(), hi - lo);
 }
 
+/* The next name of a comma-separated list at *p, its length in *len;
+ * NULL at the end. */
+static const char *list_next(const char **p, size_t *len)
+{
+    const char *name = *p;
+    if (!name)
+        return NULL;
+    const char *e = strchr(name, ',');
+    *len = e ? (size_t)(e - name) : strlen(name);
+    *p = e ? e + 1 : NULL;
+    return name;
+}
+
+static int is_name(const char *s, size_t len, const char *name)
+{
+    return strlen(name) == len && !strncmp(s, name, len);
+}
+
 static int selected(const char *list, const char *name)
 {
     if (!list)
         return 1;
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n))
+    size_t len;
+    for (const char *p = list, *s; (s = list_next(&p, &len));)
+        if (is_name(s, len, name))
             return 1;
-        if (!e)
-            break;
-        p = e + 1;
-    }
     return 0;
 }
 
@@ -1014,24 +1026,35 @@ static void usage(void)
     exit(2);
 }
 
-/* Every name in --backends must be one twheel-bench knows: a typo would
- * otherwise leave its rows out without a word. */
+/* Every name in --backends and --only must be one twheel-bench knows: a
+ * typo would otherwise leave its rows out without a word. */
 static int backends_known(const char *list)
 {
-    for (const char *p = list; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        int ok = (len == 9 && !strncmp(p, "twheel-at", len)) ||
-                 (len == 5 && !strncmp(p, "floor", len));
+    size_t len;
+    for (const char *p = list, *s; (s = list_next(&p, &len));) {
+        int ok = is_name(s, len, be_twheel_threaded_at.name) || is_name(s, len, "floor");
         for (size_t b = 0; b < NBACKENDS && !ok; b++)
-            ok = strlen(all_backends[b]->name) == len && !strncmp(p, all_backends[b]->name, len);
+            ok = is_name(s, len, all_backends[b]->name);
         if (!ok) {
-            fprintf(stderr, "twheel-bench: unknown back end '%.*s'\n", (int)len, p);
+            fprintf(stderr, "twheel-bench: unknown back end '%.*s'\n", (int)len, s);
             return 0;
         }
-        if (!e)
-            break;
-        p = e + 1;
+    }
+    return 1;
+}
+
+static int workloads_known(const char *list)
+{
+    static const char *const known[] = { "w1", "w1r", "floor", "w2", "w3", "w4", "w5" };
+    size_t len;
+    for (const char *p = list, *s; (s = list_next(&p, &len));) {
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0] && !ok; k++)
+            ok = is_name(s, len, known[k]);
+        if (!ok) {
+            fprintf(stderr, "twheel-bench: unknown workload '%.*s'\n", (int)len, s);
+            return 0;
+        }
     }
     return 1;
 }
@@ -1061,7 +1084,7 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (cfg.backends && !backends_known(cfg.backends))
+    if ((cfg.backends && !backends_known(cfg.backends)) || (cfg.only && !workloads_known(cfg.only)))
         usage();
 
     if (cfg.callgrind_n > 0) {
