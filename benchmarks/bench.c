@@ -1026,33 +1026,31 @@ static void usage(void)
     exit(2);
 }
 
-/* Every name in --backends and --only must be one twheel-bench knows: a
- * typo would otherwise leave its rows out without a word. */
-static int backends_known(const char *list)
+static int is_backend(const char *s, size_t len)
 {
-    size_t len;
-    for (const char *p = list, *s; (s = list_next(&p, &len));) {
-        int ok = is_name(s, len, be_twheel_threaded_at.name) || is_name(s, len, "floor");
-        for (size_t b = 0; b < NBACKENDS && !ok; b++)
-            ok = is_name(s, len, all_backends[b]->name);
-        if (!ok) {
-            fprintf(stderr, "twheel-bench: unknown back end '%.*s'\n", (int)len, s);
-            return 0;
-        }
-    }
-    return 1;
+    int ok = is_name(s, len, be_twheel_threaded_at.name) || is_name(s, len, "floor");
+    for (size_t b = 0; b < NBACKENDS && !ok; b++)
+        ok = is_name(s, len, all_backends[b]->name);
+    return ok;
 }
 
-static int workloads_known(const char *list)
+static int is_workload(const char *s, size_t len)
 {
     static const char *const known[] = { "w1", "w1r", "floor", "w2", "w3", "w4", "w5" };
+    int ok = 0;
+    for (size_t k = 0; k < sizeof known / sizeof known[0] && !ok; k++)
+        ok = is_name(s, len, known[k]);
+    return ok;
+}
+
+/* Every name in --backends and --only must be one twheel-bench knows: a
+ * typo would otherwise leave its rows out without a word. */
+static int names_known(const char *list, const char *what, int (*known)(const char *, size_t))
+{
     size_t len;
     for (const char *p = list, *s; (s = list_next(&p, &len));) {
-        int ok = 0;
-        for (size_t k = 0; k < sizeof known / sizeof known[0] && !ok; k++)
-            ok = is_name(s, len, known[k]);
-        if (!ok) {
-            fprintf(stderr, "twheel-bench: unknown workload '%.*s'\n", (int)len, s);
+        if (!known(s, len)) {
+            fprintf(stderr, "twheel-bench: unknown %s '%.*s'\n", what, (int)len, s);
             return 0;
         }
     }
@@ -1084,7 +1082,8 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if ((cfg.backends && !backends_known(cfg.backends)) || (cfg.only && !workloads_known(cfg.only)))
+    if ((cfg.backends && !names_known(cfg.backends, "back end", is_backend)) ||
+        (cfg.only && !names_known(cfg.only, "workload", is_workload)))
         usage();
 
     if (cfg.callgrind_n > 0) {
