@@ -396,6 +396,22 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
     return 2;
 }
 
+/* What insert_fast left to do (rc 1 or 2), with shard si's lock held. */
+static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int rc,
+                                                   uint32_t started, uint64_t deadline,
+                                                   tw_fn fn, void *arg, tw_id *id)
+{
+    struct tw__engine *e = &t->shards[si].eng;
+    if (rc == 1)
+        return add_plain(t, si, deadline, fn, arg, id);
+    /* a new bucket: in threaded mode it may be the earliest */
+    uint64_t before = t->threaded ? queue_head_tick(e) : 0;
+    list_started(e, started);
+    if (t->threaded)
+        kick_if_earlier(t, e, before);
+    return 0;
+}
+
 /* Schedules a plain task at an absolute deadline on shard si, whose lock
  * the caller holds: the shared insertion, or the general path for what it
  * cannot do (a new level, a full pool, a bound on pending tasks, a
@@ -404,33 +420,39 @@ static int add_plain_locked(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn f
                             void *arg, tw_id *id)
 {
     struct tw__engine *e = &t->shards[si].eng;
-    uint32_t started;
+    uint32_t started = TW__NIL; /* set by insert_fast when it returns 2 */
     int rc;
     if (stopped(t))
         return -ESHUTDOWN;
-    if (t->max_pending || deadline > e->tick.lim ||
-        (rc = insert_fast(e, 1, t->shard_bits, si, deadline, fn, arg, id, &started)) == 1)
+    if (t->max_pending || deadline > e->tick.lim)
         return add_plain(t, si, deadline, fn, arg, id);
-    if (rc == 2) { /* a new bucket: in threaded mode it may be the earliest */
-        uint64_t before = t->threaded ? queue_head_tick(e) : 0;
-        list_started(e, started);
-        if (t->threaded)
-            kick_if_earlier(t, e, before);
-    }
-    return 0;
+    rc = insert_fast(e, 1, t->shard_bits, si, deadline, fn, arg, id, &started);
+    return rc ? insert_finish(t, si, rc, started, deadline, fn, arg, id) : 0;
 }
 
-/* A threaded tw_schedule: delays count from a clock read now. */
+/* A threaded tw_schedule: delays count from a clock read now. The common
+ * case is add_plain_locked's insert_fast, written out here so that the
+ * lock is held around as few instructions, and as few calls, as can be. */
 static __attribute__((noinline)) int schedule_threaded(tw_timer *t, uint64_t delay_ns,
                                                        tw_fn fn, void *arg, tw_id *id)
 {
-    if (stopped(t))
-        return -ESHUTDOWN;
     uint64_t deadline = sat_add(tw__clock_now(t), delay_ns);
     uint32_t si = pick_shard(t);
     struct tw__shard *sh = &t->shards[si];
+    struct tw__engine *e = &sh->eng;
+    uint32_t started = TW__NIL; /* set by insert_fast when it returns 2 */
+    int rc;
     pthread_mutex_lock(&sh->lock);
-    int rc = add_plain_locked(t, si, deadline, fn, arg, id);
+    /* stopped is read under the lock: tw_stop's drain of this shard, which
+     * takes it, then never misses a task added here */
+    if (__builtin_expect(!atomic_load_explicit(&t->stopped, memory_order_acquire) &&
+                         !t->max_pending && deadline <= e->tick.lim, 1)) {
+        rc = insert_fast(e, 1, t->shard_bits, si, deadline, fn, arg, id, &started);
+        if (rc)
+            rc = insert_finish(t, si, rc, started, deadline, fn, arg, id);
+    } else {
+        rc = add_plain_locked(t, si, deadline, fn, arg, id);
+    }
     pthread_mutex_unlock(&sh->lock);
     return rc;
 }
@@ -593,49 +615,22 @@ static __attribute__((noinline)) int cancel_extra(tw_timer *t, struct tw__engine
     return 0;
 }
 
-static inline __attribute__((always_inline)) int
-cancel_locked(tw_timer *t, struct tw__engine *e, uint32_t slot, uint32_t gen)
-{
-    uint32_t i = tw__pool_lookup(&e->pool, slot, gen);
-    if (i == TW__NIL)
-        return -ENOENT;
-    struct tw__entry *en = tw__pool_entry(&e->pool, i);
-    if (__builtin_expect(tw__is_extra(en), 0))
-        return cancel_extra(t, e, i, en);
-    tw__list_unlink(e, en);
-    tw__task_free(t, e, i, en);
-    e->cancelled++;
-    return 0;
-}
-
-static __attribute__((noinline)) int cancel_slow(tw_timer *t, tw_id id)
-{
-    if (!t)
-        return -EINVAL;
-    uint32_t si = tw__id_shard(t, id);
-    struct tw__shard *sh = &t->shards[si];
-    tw__shard_lock(t, sh);
-    int rc = cancel_locked(t, &sh->eng, tw__id_slot(t, id), (uint32_t)(id >> 32));
-    tw__shard_unlock(t, sh);
-    return rc;
-}
-
 static __attribute__((noinline)) int sub_emptied(struct tw__engine *e, uint32_t s)
 {
     tw__wheel_sub_emptied(e, s);
     return 0;
 }
 
-/* The manual-mode fast path of cancel: 12 bytes of the entry read (links
- * and generation; the id's generation says whether it is a plain task),
- * its two neighbours only written. */
-int tw_cancel(tw_timer *t, tw_id id)
+/* Cancels task (i, gen) of engine e, whose lock (if any) the caller holds:
+ * the body of every cancel. Written out for the plain task, the common
+ * case: 12 bytes of the entry read (links and generation; the id's
+ * generation says whether it is a plain task), its two neighbours only
+ * written. `threaded` is a constant where it is inlined (manual mode's
+ * fast path passes 0: no bound, so nothing to release). */
+static inline __attribute__((always_inline)) int
+cancel_task(tw_timer *t, struct tw__engine *e, uint32_t i, uint32_t gen, int threaded)
 {
-    struct tw__engine *e;
-    if (__builtin_expect(!t || !(e = t->fast), 0))
-        return cancel_slow(t, id);
     struct tw__pool *p = &e->pool;
-    uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
     struct tw__entry *en = &p->entries[i];
     if (i >= p->used || en->gen != gen)
         return -ENOENT;
@@ -647,6 +642,8 @@ int tw_cancel(tw_timer *t, tw_id id)
     tw__pool_link(p, pv)->next = n; /* entries or list heads alike */
     tw__pool_link(p, n)->prev = pv;
     e->cancelled++;
+    if (threaded)
+        tw__pending_release(t);
     if (__builtin_expect((en->gen = gen + 3u) != 0, 1)) { /* next multiple of 4 */
         en->link.next = p->free_head;
         p->free_head = i;
@@ -659,6 +656,30 @@ int tw_cancel(tw_timer *t, tw_id id)
     return 0;
 }
 
+static __attribute__((noinline)) int cancel_slow(tw_timer *t, tw_id id)
+{
+    if (!t)
+        return -EINVAL;
+    uint32_t si = tw__id_shard(t, id);
+    struct tw__shard *sh = &t->shards[si];
+    uint32_t i = tw__id_slot(t, id), gen = (uint32_t)(id >> 32);
+    if (!t->threaded) /* manual mode with max_pending: nothing to release */
+        return cancel_task(t, &sh->eng, i, gen, 0);
+    pthread_mutex_lock(&sh->lock);
+    int rc = cancel_task(t, &sh->eng, i, gen, 1);
+    pthread_mutex_unlock(&sh->lock);
+    return rc;
+}
+
+/* The manual-mode fast path of cancel: one engine, no lock, no bound. */
+int tw_cancel(tw_timer *t, tw_id id)
+{
+    struct tw__engine *e;
+    if (__builtin_expect(!t || !(e = t->fast), 0))
+        return cancel_slow(t, id);
+    return cancel_task(t, e, (uint32_t)id, (uint32_t)(id >> 32), 0);
+}
+
 int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen)
 {
     /* as tw_schedule_keyed: a key no task can hold is refused unread */
@@ -669,8 +690,8 @@ int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen)
     struct tw__shard *sh = &t->shards[si];
     tw__shard_lock(t, sh);
     struct tw__extra *x = tw__keymap_find(&sh->eng, key, keylen, h);
-    int rc = x ? cancel_locked(t, &sh->eng, x->slot,
-                               *tw__pool_gen(&sh->eng.pool, x->slot))
+    int rc = x ? cancel_task(t, &sh->eng, x->slot,
+                             *tw__pool_gen(&sh->eng.pool, x->slot), t->threaded)
                : -ENOENT;
     tw__shard_unlock(t, sh);
     return rc;
