@@ -17,7 +17,8 @@
  *   W4  memory: resident bytes per pending timer at N = 10^6 (measured in
  *       a forked child), and the back end's own accounting.
  *   W5  producers: 1, 2 and 8 threads scheduling and cancelling through
- *       twheel's threaded API. Aggregate ops/s.
+ *       twheel's threaded API, on the default shards and then on one
+ *       shard (every thread on one lock). Aggregate ops/s.
  *   floor  W1 at 10^6 with no timer library: bare lists written inline in
  *       the loop (floor.c), eager and lazy cancel, the same on array
  *       buckets, lazy cancel with the generations in their own array, and
@@ -911,11 +912,12 @@ static void *w5_thread(void *p)
     return NULL;
 }
 
-static double w5_once(int threads, size_t per_thread)
+static double w5_once(int threads, size_t per_thread, uint32_t shards)
 {
     struct tw_options o;
     tw_options_init(&o);
     o.threaded = 1;
+    o.shards = shards;
     tw_timer *t;
     if (tw_create(&t, &o))
         return 0;
@@ -956,28 +958,35 @@ static void run_w5(void)
     int reps = cfg.quick ? 1 : cfg.reps;
     printf("\nW5 producers: threads scheduling + cancelling through the threaded API "
            "(%zu pairs in all, wall time, median of %d)\n", total, reps);
+    /* The default shards (each thread on its own lock, mostly), then one
+     * shard: every thread on one lock, the worst case for contention. */
+    static const uint32_t shard_counts[] = { 0, 1 };
     static const int counts[] = { 1, 2, 8 };
-    double base = 0, two = 0;
-    for (int c = 0; c < 3; c++) {
-        double v[9];
-        for (int k = 0; k < reps; k++) {
-            progress("W5 %d threads rep %d...\r", counts[c], k + 1);
-            v[k] = w5_once(counts[c], total / (size_t)counts[c]);
+    for (int s = 0; s < 2; s++) {
+        uint32_t shards = shard_counts[s];
+        printf(shards ? "  one shard (every thread on one lock)\n"
+                      : "  default shards (four per CPU)\n");
+        double base = 0, two = 0;
+        for (int c = 0; c < 3; c++) {
+            double v[9];
+            for (int k = 0; k < reps; k++) {
+                progress("W5 %d threads rep %d...\r", counts[c], k + 1);
+                v[k] = w5_once(counts[c], total / (size_t)counts[c], shards);
+            }
+            double m = median(v, reps);
+            progress("%60s\r", "");
+            if (c == 0)
+                base = m;
+            if (counts[c] == 2)
+                two = m;
+            printf("    %d thread%s %12.2f M pairs/s   %.2fx one thread\n", counts[c],
+                   counts[c] > 1 ? "s" : " ", m / 1e6, m / base);
+            if (counts[c] == 8 && two > 0)
+                printf("              8 threads / 2 threads = %.2fx\n", m / two);
+            char name[32];
+            snprintf(name, sizeof name, shards ? "%d-threads-1-shard" : "%d-threads", counts[c]);
+            csv_row("W5", name, (uint64_t)counts[c], "pairs_per_s", m, m / base);
         }
-        double m = median(v, reps);
-        progress("%60s\r", "");
-        if (c == 0)
-            base = m;
-        if (counts[c] == 2)
-            two = m;
-        printf("    %d thread%s %12.2f M pairs/s   %.2fx one thread%s\n", counts[c],
-               counts[c] > 1 ? "s" : " ", m / 1e6, m / base,
-               counts[c] == 8 && two > 0 ? "" : "");
-        if (counts[c] == 8 && two > 0)
-            printf("              8 threads / 2 threads = %.2fx\n", m / two);
-        char name[16];
-        snprintf(name, sizeof name, "%d-threads", counts[c]);
-        csv_row("W5", name, (uint64_t)counts[c], "pairs_per_s", m, m / base);
     }
 }
 

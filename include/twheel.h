@@ -348,8 +348,10 @@ TW_API unsigned tw_version(void);
  * callback runs (or is running) and tw_cancel returns -ENOENT.
  *
  * Scaling: the timer is split into `shards` engines, each behind its own
- * mutex; a thread schedules into the shard it was given on first use, and
- * an id names its shard, so concurrent schedulers rarely share a lock. A
+ * lock (a futex lock that spins briefly first; uncontended, taking and
+ * releasing it are one atomic instruction each); a thread schedules into
+ * the shard it was given on first use, and an id names its shard, so
+ * concurrent schedulers rarely share a lock. A
  * threaded schedule reads the clock itself (delays count from the clock,
  * not from the driver's last pass). The driver sleeps until the earliest
  * occupied bucket; with nothing due it does not wake. On Linux the driver

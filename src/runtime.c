@@ -133,7 +133,7 @@ static void hand_back(tw_timer *t, struct tw__job *j)
     struct tw__runtime *rt = t->rt;
     struct tw__shard *sh = &t->shards[j->shard];
     struct tw__engine *e = &sh->eng;
-    pthread_mutex_lock(&sh->lock);
+    tw__lock(&sh->lock);
     if (j->x) {
         int live = tw__extra_live(j->x);
         if (live) {
@@ -142,14 +142,14 @@ static void hand_back(tw_timer *t, struct tw__job *j)
             tw__pending_release(t);
         }
         drop_periodic(t, j);
-        pthread_mutex_unlock(&sh->lock);
+        tw__unlock(&sh->lock);
         if (!live)
             return;
     } else {
         e->fired--; /* counted as fired when taken */
         e->completed--;
         e->drained++;
-        pthread_mutex_unlock(&sh->lock);
+        tw__unlock(&sh->lock);
     }
     atomic_fetch_add(&rt->handed, 1);
     if (rt->unfired) { /* on the driver, or on tw_stop's thread */
@@ -167,13 +167,13 @@ static void hand_back(tw_timer *t, struct tw__job *j)
 static int periodic_still_due(tw_timer *t, struct tw__job *j)
 {
     struct tw__shard *sh = &t->shards[j->shard];
-    pthread_mutex_lock(&sh->lock);
+    tw__lock(&sh->lock);
     int live = tw__extra_live(j->x);
     if (live)
         tw__late_record(&sh->eng, j->late); /* see tw__take_job */
     else
         drop_periodic(t, j);
-    pthread_mutex_unlock(&sh->lock);
+    tw__unlock(&sh->lock);
     return live;
 }
 
@@ -186,13 +186,13 @@ static void run_job(tw_timer *t, struct tw__job *j)
     if (j->x) {
         struct tw__shard *sh = &t->shards[j->shard];
         uint64_t now = tw__clock_now(t);
-        pthread_mutex_lock(&sh->lock);
+        tw__lock(&sh->lock);
         uint64_t before = sh->eng.dq.n ? sh->eng.dq.h[0].exp : UINT64_MAX;
         tw__finish_periodic(t, j->shard, j, now);
         uint64_t head = sh->eng.dq.n ? sh->eng.dq.h[0].exp : UINT64_MAX;
         if (head < before)
             tw__runtime_kick(t, tw__shard_next_ns(&sh->eng));
-        pthread_mutex_unlock(&sh->lock);
+        tw__unlock(&sh->lock);
     }
 }
 
@@ -248,9 +248,9 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
     struct tw__shard *sh = &t->shards[si];
     struct tw__engine *e = &sh->eng;
     struct tw__job batch[BATCH];
-    pthread_mutex_lock(&sh->lock);
+    tw__lock(&sh->lock);
     if (e->draining) { /* see draining in wheel.h; the drain kicks after */
-        pthread_mutex_unlock(&sh->lock);
+        tw__unlock(&sh->lock);
         return;
     }
     if (now > e->now_ns)
@@ -278,7 +278,7 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
          * driver's next wake-up stands. */
         if (!n && pops && !e->draining)
             tw__wheel_spread(e);
-        pthread_mutex_unlock(&sh->lock);
+        tw__unlock(&sh->lock);
         if (!n)
             return;
         uint64_t ran[BATCH]; /* the lateness of one-shot jobs run */
@@ -294,7 +294,7 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
                 run_job(t, &batch[k]);
             }
         }
-        pthread_mutex_lock(&sh->lock);
+        tw__lock(&sh->lock);
         for (int k = 0; k < nran; k++)
             tw__late_record(e, ran[k]);
     }
@@ -306,11 +306,11 @@ static uint64_t next_due(tw_timer *t)
     uint64_t best = UINT64_MAX;
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct tw__shard *sh = &t->shards[s];
-        pthread_mutex_lock(&sh->lock);
+        tw__lock(&sh->lock);
         /* a shard being drained has nothing for the driver until the
          * drain ends (it kicks then) */
         uint64_t v = sh->eng.draining ? UINT64_MAX : tw__shard_next_ns(&sh->eng);
-        pthread_mutex_unlock(&sh->lock);
+        tw__unlock(&sh->lock);
         if (v < best)
             best = v;
     }
@@ -438,18 +438,6 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o)
     atomic_init(&rt->target, 0);
     atomic_init(&rt->halt, 0);
     atomic_init(&rt->handed, 0);
-
-    for (uint32_t s = 0; s < t->nshards; s++) {
-        /* adaptive: spin briefly before sleeping on a contended shard */
-        pthread_mutexattr_t ma;
-        pthread_mutexattr_init(&ma);
-#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
-        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-#endif
-        pthread_mutex_destroy(&t->shards[s].lock);
-        pthread_mutex_init(&t->shards[s].lock, &ma);
-        pthread_mutexattr_destroy(&ma);
-    }
 
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -153,7 +153,7 @@ static void free_shards(tw_timer *t, uint32_t made)
         tw__keymap_destroy(&sh->eng);
         tw__engine_destroy(&sh->eng);
         if (t->threaded)
-            pthread_mutex_destroy(&sh->lock);
+            tw__lock_destroy(&sh->lock);
     }
 }
 
@@ -212,10 +212,8 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
         struct tw__shard *sh = &t->shards[made];
         sh->mem = mem;
         sh->mem.bytes = 0;
-        if (t->threaded && (rc = pthread_mutex_init(&sh->lock, NULL))) {
-            rc = -rc;
-            break;
-        }
+        if (t->threaded)
+            tw__lock_init(&sh->lock);
         rc = tw__engine_init(&sh->eng, &sh->mem, o.tick_ns, o.wheel_size,
                              now, max_slots);
         if (!rc && o.capacity) {
@@ -225,7 +223,7 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
         }
         if (rc) {
             if (t->threaded)
-                pthread_mutex_destroy(&sh->lock);
+                tw__lock_destroy(&sh->lock);
             break;
         }
     }
@@ -442,7 +440,7 @@ static __attribute__((noinline)) int schedule_threaded(tw_timer *t, uint64_t del
     struct tw__engine *e = &sh->eng;
     uint32_t started = TW__NIL; /* set by insert_fast when it returns 2 */
     int rc;
-    pthread_mutex_lock(&sh->lock);
+    tw__lock(&sh->lock);
     /* stopped is read under the lock: tw_stop's drain of this shard, which
      * takes it, then never misses a task added here */
     if (__builtin_expect(!atomic_load_explicit(&t->stopped, memory_order_acquire) &&
@@ -453,7 +451,7 @@ static __attribute__((noinline)) int schedule_threaded(tw_timer *t, uint64_t del
     } else {
         rc = add_plain_locked(t, si, deadline, fn, arg, id);
     }
-    pthread_mutex_unlock(&sh->lock);
+    tw__unlock(&sh->lock);
     return rc;
 }
 
@@ -665,9 +663,9 @@ static __attribute__((noinline)) int cancel_slow(tw_timer *t, tw_id id)
     uint32_t i = tw__id_slot(t, id), gen = (uint32_t)(id >> 32);
     if (!t->threaded) /* manual mode with max_pending: nothing to release */
         return cancel_task(t, &sh->eng, i, gen, 0);
-    pthread_mutex_lock(&sh->lock);
+    tw__lock(&sh->lock);
     int rc = cancel_task(t, &sh->eng, i, gen, 1);
-    pthread_mutex_unlock(&sh->lock);
+    tw__unlock(&sh->lock);
     return rc;
 }
 

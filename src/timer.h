@@ -8,14 +8,18 @@
 #include <stdint.h>
 
 #include "extra.h"
+#include "lock.h"
 #include "mem.h"
 #include "twheel.h"
 #include "wheel.h"
 
 struct tw__shard {
-    pthread_mutex_t lock; /* taken only in threaded mode */
+    struct tw__lock lock; /* taken only in threaded mode (lock.h) */
     struct tw__mem mem;   /* per shard, so accounting needs no atomics */
-    struct tw__engine eng;
+    /* on a line of its own: threads spinning on a contended lock keep
+     * reading its word, and would otherwise take the engine's hottest
+     * fields (the pool's) from the holder on every read */
+    struct tw__engine eng __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
 
 struct tw__runtime;
@@ -85,13 +89,13 @@ static inline uint32_t tw__id_slot(const tw_timer *t, tw_id id)
 static inline void tw__shard_lock(tw_timer *t, struct tw__shard *s)
 {
     if (t->threaded)
-        pthread_mutex_lock(&s->lock);
+        tw__lock(&s->lock);
 }
 
 static inline void tw__shard_unlock(tw_timer *t, struct tw__shard *s)
 {
     if (t->threaded)
-        pthread_mutex_unlock(&s->lock);
+        tw__unlock(&s->lock);
 }
 
 static inline uint64_t tw__clock_now(const tw_timer *t)

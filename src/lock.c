@@ -1,0 +1,52 @@
+/* The shard lock's contended halves (see lock.h for the protocol). */
+#include "lock.h"
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* How many times a contended lock is tried again before its thread
+ * sleeps: glibc's adaptive mutex spins up to 100 (its default
+ * max_adaptive_count). A shard's critical sections are well under a
+ * microsecond, so on two or more CPUs the holder is usually done first. */
+#define SPINS 100
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static void futex(_Atomic uint32_t *addr, int op, uint32_t val)
+{
+    /* EAGAIN (the word changed before the sleep) and EINTR both mean: look
+     * again, which the caller's loop does */
+    (void)syscall(SYS_futex, addr, op, val, NULL, NULL, 0);
+}
+
+void tw__lock_wait(struct tw__lock *l)
+{
+    for (int i = 0; i < SPINS; i++) {
+        uint32_t v = atomic_load_explicit(&l->v, memory_order_relaxed);
+        if (v == 2) /* others sleep already: queue behind them */
+            break;
+        if (v == 0 && atomic_compare_exchange_weak_explicit(
+                          &l->v, &v, 1, memory_order_acquire, memory_order_relaxed))
+            return;
+        cpu_relax();
+    }
+    /* Taking it with 2 (not 1): this thread cannot know whether another
+     * still sleeps, so its unlock must wake one. */
+    while (atomic_exchange_explicit(&l->v, 2, memory_order_acquire) != 0)
+        futex(&l->v, FUTEX_WAIT_PRIVATE, 2);
+}
+
+void tw__lock_wake(struct tw__lock *l)
+{
+    futex(&l->v, FUTEX_WAKE_PRIVATE, 1);
+}
+#endif

@@ -1,0 +1,96 @@
+/* The shard lock.
+ *
+ * A threaded schedule or cancel holds its shard's lock around some forty
+ * instructions of wheel work. glibc's pthread_mutex_lock and unlock take
+ * ~31 and ~34 instructions a call (callgrind: the type dispatch, the
+ * elision and owner bookkeeping, the PLT), so a schedule + cancel pair
+ * spent ~130 instructions on its two locks, and the calls made GCC keep
+ * every live value in a saved register. This lock is Drepper's third
+ * futex mutex ("Futexes Are Tricky", 2011): taking it free and releasing
+ * it with no waiter are one atomic instruction each, inline.
+ *
+ *   v == 0: free; 1: held, no waiter; 2: held, and a thread may sleep on it.
+ *
+ * A contended lock spins a little first (as glibc's adaptive mutex, which
+ * this replaces, did): the holder's critical section is short, and a
+ * futex sleep and wake cost microseconds. A waiter that sleeps sets 2, so
+ * the unlock that sees 2 makes the one futex call that wakes it; every
+ * woken thread takes the lock with 2 again, as it cannot know whether
+ * others still sleep (a spare wake at worst, never a lost one).
+ *
+ * Never held across user code or a sleep (the driver sleeps on its own
+ * mutex and condition variable): a plain mutex is all the shards need.
+ * Not recursive, no owner check. Memory order: acquire on taking, release
+ * on releasing, so ThreadSanitizer sees the happens-before edges it needs
+ * through the atomics themselves.
+ *
+ * Elsewhere than Linux (no futex) it is a pthread mutex. */
+#ifndef TW_LOCK_H
+#define TW_LOCK_H
+
+#ifdef __linux__
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct tw__lock {
+    _Atomic uint32_t v;
+};
+
+/* The contended halves, out of line (lock.c). */
+void tw__lock_wait(struct tw__lock *l);
+void tw__lock_wake(struct tw__lock *l);
+
+static inline void tw__lock_init(struct tw__lock *l)
+{
+    atomic_init(&l->v, 0);
+}
+
+static inline void tw__lock_destroy(struct tw__lock *l)
+{
+    (void)l;
+}
+
+static inline __attribute__((always_inline)) void tw__lock(struct tw__lock *l)
+{
+    uint32_t free_ = 0;
+    if (__builtin_expect(!atomic_compare_exchange_strong_explicit(
+                             &l->v, &free_, 1, memory_order_acquire,
+                             memory_order_relaxed), 0))
+        tw__lock_wait(l);
+}
+
+static inline __attribute__((always_inline)) void tw__unlock(struct tw__lock *l)
+{
+    if (__builtin_expect(atomic_exchange_explicit(&l->v, 0, memory_order_release) == 2, 0))
+        tw__lock_wake(l);
+}
+
+#else /* no futex: a pthread mutex */
+#include <pthread.h>
+
+struct tw__lock {
+    pthread_mutex_t m;
+};
+
+static inline void tw__lock_init(struct tw__lock *l)
+{
+    pthread_mutex_init(&l->m, NULL); /* cannot fail without attributes */
+}
+
+static inline void tw__lock_destroy(struct tw__lock *l)
+{
+    pthread_mutex_destroy(&l->m);
+}
+
+static inline void tw__lock(struct tw__lock *l)
+{
+    pthread_mutex_lock(&l->m);
+}
+
+static inline void tw__unlock(struct tw__lock *l)
+{
+    pthread_mutex_unlock(&l->m);
+}
+#endif
+
+#endif

@@ -1,0 +1,129 @@
+/* test_lock.c: the shard lock (src/lock.h) on its own. Mutual exclusion
+ * under contention (threads adding to a plain counter: a lost update, or
+ * under ThreadSanitizer a race, if it failed), and each state of its word
+ * reached on purpose: free and held, then a waiter that has announced it
+ * sleeps (2), which the release must wake. No test waits on a timer: the
+ * sleeper's announcement is watched for. Linked against the static
+ * library, whose lock.c it tests. */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include "lock.h"
+
+#ifdef __linux__
+static uint32_t word(struct tw__lock *l)
+{
+    return atomic_load(&l->v);
+}
+#endif
+
+static void test_free_and_held(void **state)
+{
+    (void)state;
+#ifdef __linux__
+    struct tw__lock l;
+    tw__lock_init(&l);
+    assert_int_equal(word(&l), 0);
+    tw__lock(&l);
+    assert_int_equal(word(&l), 1); /* held, nobody waiting */
+    tw__unlock(&l);
+    assert_int_equal(word(&l), 0);
+    tw__lock_destroy(&l);
+#else
+    skip();
+#endif
+}
+
+#define THREADS 4
+#define ROUNDS 200000
+
+struct counter {
+    struct tw__lock lock;
+    uint64_t n; /* plain: only the lock keeps its updates whole */
+};
+
+static void *add_many(void *p)
+{
+    struct counter *c = p;
+    for (int i = 0; i < ROUNDS; i++) {
+        tw__lock(&c->lock);
+        uint64_t v = c->n;
+        if ((i & 255) == 0)
+            sched_yield(); /* now and then, give up the CPU holding it */
+        c->n = v + 1;
+        tw__unlock(&c->lock);
+    }
+    return NULL;
+}
+
+static void test_excludes(void **state)
+{
+    (void)state;
+    struct counter c = { .n = 0 };
+    tw__lock_init(&c.lock);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, add_many, &c), 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(c.n, (uint64_t)THREADS * ROUNDS);
+#ifdef __linux__
+    assert_int_equal(word(&c.lock), 0); /* every sleeper woken and gone */
+#endif
+    tw__lock_destroy(&c.lock);
+}
+
+#ifdef __linux__
+struct handoff {
+    struct tw__lock lock;
+    int written; /* by the holder, before its release */
+    int seen;    /* by the waiter, once it has the lock */
+};
+
+static void *waiter(void *p)
+{
+    struct handoff *h = p;
+    tw__lock(&h->lock); /* held by the test: spins, then sleeps */
+    h->seen = h->written;
+    tw__unlock(&h->lock);
+    return NULL;
+}
+#endif
+
+static void test_sleeper_is_woken(void **state)
+{
+    (void)state;
+#ifdef __linux__
+    struct handoff h = { .written = 0, .seen = 0 };
+    tw__lock_init(&h.lock);
+    tw__lock(&h.lock);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiter, &h), 0);
+    /* The waiter gives up spinning and sets 2 before it sleeps; only then
+     * must the release wake it. */
+    while (word(&h.lock) != 2)
+        sched_yield();
+    h.written = 1;
+    tw__unlock(&h.lock); /* sees 2: wakes the waiter */
+    pthread_join(th, NULL);
+    assert_int_equal(h.seen, 1); /* it ran after the release, and saw it */
+    /* it took the lock with 2 (it could not know it was the last waiter),
+     * so its own release went through the wake as well, and left it free */
+    assert_int_equal(word(&h.lock), 0);
+    tw__lock_destroy(&h.lock);
+#else
+    skip();
+#endif
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_free_and_held),
+        cmocka_unit_test(test_excludes),
+        cmocka_unit_test(test_sleeper_is_woken),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
