@@ -40,9 +40,11 @@ struct tw__lock {
 void tw__lock_wait(struct tw__lock *l);
 void tw__lock_wake(struct tw__lock *l);
 
-static inline void tw__lock_init(struct tw__lock *l)
+/* Returns 0, or a negative errno (only where it is a pthread mutex). */
+static inline int tw__lock_init(struct tw__lock *l)
 {
     atomic_init(&l->v, 0);
+    return 0;
 }
 
 static inline void tw__lock_destroy(struct tw__lock *l)
@@ -72,9 +74,9 @@ struct tw__lock {
     pthread_mutex_t m;
 };
 
-static inline void tw__lock_init(struct tw__lock *l)
+static inline int tw__lock_init(struct tw__lock *l)
 {
-    pthread_mutex_init(&l->m, NULL); /* cannot fail without attributes */
+    return -pthread_mutex_init(&l->m, NULL); /* e.g. ENOMEM on FreeBSD */
 }
 
 static inline void tw__lock_destroy(struct tw__lock *l)

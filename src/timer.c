@@ -212,8 +212,8 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
         struct tw__shard *sh = &t->shards[made];
         sh->mem = mem;
         sh->mem.bytes = 0;
-        if (t->threaded)
-            tw__lock_init(&sh->lock);
+        if (t->threaded && (rc = tw__lock_init(&sh->lock)))
+            break;
         rc = tw__engine_init(&sh->eng, &sh->mem, o.tick_ns, o.wheel_size,
                              now, max_slots);
         if (!rc && o.capacity) {

@@ -24,7 +24,7 @@ static void test_free_and_held(void **state)
     (void)state;
 #ifdef __linux__
     struct tw__lock l;
-    tw__lock_init(&l);
+    assert_int_equal(tw__lock_init(&l), 0);
     assert_int_equal(word(&l), 0);
     tw__lock(&l);
     assert_int_equal(word(&l), 1); /* held, nobody waiting */
@@ -62,7 +62,7 @@ static void test_excludes(void **state)
 {
     (void)state;
     struct counter c = { .n = 0 };
-    tw__lock_init(&c.lock);
+    assert_int_equal(tw__lock_init(&c.lock), 0);
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++)
         assert_int_equal(pthread_create(&th[i], NULL, add_many, &c), 0);
@@ -97,7 +97,7 @@ static void test_sleeper_is_woken(void **state)
     (void)state;
 #ifdef __linux__
     struct handoff h = { .written = 0, .seen = 0 };
-    tw__lock_init(&h.lock);
+    assert_int_equal(tw__lock_init(&h.lock), 0);
     tw__lock(&h.lock);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, waiter, &h), 0);
