@@ -74,9 +74,11 @@ static inline uint64_t base_time(tw_timer *t, struct tw__engine *e)
     return t->threaded ? tw__clock_now(t) : e->now_ns;
 }
 
+/* Only a threaded timer is ever stopped (tw_stop; a runtime that failed to
+ * start), so manual mode needs no test of its own. */
 static inline int stopped(tw_timer *t)
 {
-    return t->threaded && atomic_load_explicit(&t->stopped, memory_order_acquire);
+    return atomic_load_explicit(&t->stopped, memory_order_acquire);
 }
 
 /* ---- pending accounting ----------------------------------------------- */
@@ -413,44 +415,31 @@ static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int
 /* Schedules a plain task at an absolute deadline on shard si, whose lock
  * the caller holds: the shared insertion, or the general path for what it
  * cannot do (a new level, a full pool, a bound on pending tasks, a
- * deadline past tick.lim). */
-static int add_plain_locked(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
-                            void *arg, tw_id *id)
+ * deadline past tick.lim). Inline, so that the lock is held around as few
+ * instructions, and as few calls, as can be. */
+static inline __attribute__((always_inline)) int
+add_plain_locked(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn, void *arg,
+                 tw_id *id)
 {
     struct tw__engine *e = &t->shards[si].eng;
     uint32_t started = TW__NIL; /* set by insert_fast when it returns 2 */
-    int rc;
-    if (stopped(t))
-        return -ESHUTDOWN;
-    if (t->max_pending || deadline > e->tick.lim)
-        return add_plain(t, si, deadline, fn, arg, id);
-    rc = insert_fast(e, 1, t->shard_bits, si, deadline, fn, arg, id, &started);
+    /* stopped is read under the lock: tw_stop's drain of this shard, which
+     * takes it, then never misses a task added here */
+    if (__builtin_expect(stopped(t) || t->max_pending || deadline > e->tick.lim, 0))
+        return stopped(t) ? -ESHUTDOWN : add_plain(t, si, deadline, fn, arg, id);
+    int rc = insert_fast(e, 1, t->shard_bits, si, deadline, fn, arg, id, &started);
     return rc ? insert_finish(t, si, rc, started, deadline, fn, arg, id) : 0;
 }
 
-/* A threaded tw_schedule: delays count from a clock read now. The common
- * case is add_plain_locked's insert_fast, written out here so that the
- * lock is held around as few instructions, and as few calls, as can be. */
+/* A threaded tw_schedule: delays count from a clock read now. */
 static __attribute__((noinline)) int schedule_threaded(tw_timer *t, uint64_t delay_ns,
                                                        tw_fn fn, void *arg, tw_id *id)
 {
     uint64_t deadline = sat_add(tw__clock_now(t), delay_ns);
     uint32_t si = pick_shard(t);
     struct tw__shard *sh = &t->shards[si];
-    struct tw__engine *e = &sh->eng;
-    uint32_t started = TW__NIL; /* set by insert_fast when it returns 2 */
-    int rc;
     tw__lock(&sh->lock);
-    /* stopped is read under the lock: tw_stop's drain of this shard, which
-     * takes it, then never misses a task added here */
-    if (__builtin_expect(!atomic_load_explicit(&t->stopped, memory_order_acquire) &&
-                         !t->max_pending && deadline <= e->tick.lim, 1)) {
-        rc = insert_fast(e, 1, t->shard_bits, si, deadline, fn, arg, id, &started);
-        if (rc)
-            rc = insert_finish(t, si, rc, started, deadline, fn, arg, id);
-    } else {
-        rc = add_plain_locked(t, si, deadline, fn, arg, id);
-    }
+    int rc = add_plain_locked(t, si, deadline, fn, arg, id);
     tw__unlock(&sh->lock);
     return rc;
 }
