@@ -1,6 +1,6 @@
 /* The shard lock.
  *
- * A threaded schedule or cancel holds its shard's lock around some forty
+ * A threaded schedule or cancel holds its shard's lock around a few dozen
  * instructions of wheel work. glibc's pthread_mutex_lock and unlock take
  * ~31 and ~34 instructions a call (callgrind: the type dispatch, the
  * elision and owner bookkeeping, the PLT), so a schedule + cancel pair
