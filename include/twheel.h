@@ -280,15 +280,19 @@ TW_API int tw_advance(tw_timer *t, uint64_t now_ns);
 /* Sets *deadline_ns to the time at which tw_advance next has work: never
  * later than the earliest pending task's firing time, possibly earlier
  * when a coarse bucket must cascade, and possibly <= tw_now (call
- * tw_advance right away). Returns 0, or -ENOENT if nothing is pending. */
+ * tw_advance right away). Returns 0, -ENOENT if nothing is pending, or
+ * -EINVAL (t or deadline_ns NULL); *deadline_ns is written only on
+ * success. */
 TW_API int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns);
 
 /* The timer's current time in ns: what relative delays count from.
  * Manual: the last tw_advance (or the clock at creation). Threaded: the
- * clock, read now. */
+ * clock, read now. 0 when t is NULL. */
 TW_API uint64_t tw_now(tw_timer *t);
 
-/* Number of pending tasks (as tw_stats.pending). */
+/* Number of pending tasks (as tw_stats.pending); 0 when t is NULL.
+ * Threaded, it takes each shard's lock in turn, so the sum may be off by
+ * the operations in flight. */
 TW_API size_t tw_pending(tw_timer *t);
 
 /* Removes every pending task without firing it, calling each(t, id,
@@ -297,7 +301,7 @@ TW_API size_t tw_pending(tw_timer *t);
  * not run again; threaded, so is one the driver has taken and whose
  * callback has not started, and that callback does not run. `arg` is the
  * caller's context, readable from `each` with tw_drain_arg(). Returns how
- * many tasks were removed. each must not call back into this timer.
+ * many tasks were removed (0 when t is NULL). each must not call back into this timer.
  * Threaded: tasks scheduled while it runs may stay; a shard fires nothing
  * while it is being drained (its tasks due meanwhile fire when the drain
  * ends, late by as long as the callbacks took, never early).
@@ -311,14 +315,16 @@ TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
  * see their own. NULL outside a drain of t. */
 TW_API void *tw_drain_arg(tw_timer *t);
 
-/* Fills *s. On a threaded timer the counters are summed over shards and
- * may be mutually inconsistent by the operations in flight. */
+/* Fills *s (all zero when t is NULL; nothing when s is NULL). On a
+ * threaded timer the counters are summed over shards and may be mutually
+ * inconsistent by the operations in flight. */
 TW_API void tw_stats(tw_timer *t, struct tw_stats *s);
 
 /* Checks every internal invariant (heap order and indices, list links,
  * bucket placement of every task, counts, key map). Returns 0 if all hold,
  * else -EFAULT after describing each failure on report (which may be
- * NULL). O(pending + buckets). For tests and fuzzers. */
+ * NULL), or -EINVAL when t is NULL. O(pending + buckets); threaded, it
+ * takes each shard's lock in turn. For tests and fuzzers. */
 TW_API int tw_check(tw_timer *t, FILE *report);
 
 /* A static description of a twheel error code (negative errno): each code

@@ -493,6 +493,9 @@ static void test_errors_and_alloc_failure(void **state)
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL); /* twice */
     assert_int_equal(tw_purgatory_check_and_complete(p, NULL, 1), -EINVAL);
     assert_int_equal(tw_purgatory_check_and_complete(NULL, "k", 1), -EINVAL);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "k", 0), -EINVAL);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "nobody", 6), 0);
+    assert_int_equal(tw_purgatory_watched(p), 1); /* op still watched */
     /* NULL p, op or keys, and an op of another purgatory: -EINVAL, and
      * the op is left as it was (not watched, not delayed) */
     tw_purgatory *other = mk_manual(1000);
