@@ -121,7 +121,13 @@ struct tw_options {
                                      59,652,323 whatever the shards;
                                      then -ENOMEM); a capacity whose
                                      share is larger is refused
-                                     (-EINVAL). */
+                                     (-EINVAL). Nothing shrinks: the
+                                     room a peak made (slots, levels,
+                                     keyed and periodic records, the
+                                     key table) stays with the timer,
+                                     reused, until tw_destroy
+                                     (tw_stats.memory_bytes counts
+                                     it). */
 };
 
 /* Largest wheel_size: 4096, i.e. at most 288 KB a level. A bucket is

@@ -1205,6 +1205,60 @@ static void test_capacity_preallocates(void **state)
     }
 }
 
+/* Nothing shrinks, and what a peak made is reused: after 50,000 tasks
+ * (levels, pool, keyed records and their key table) are all cancelled
+ * the timer holds the same bytes, and a second peak of the same size,
+ * at other delays, allocates nothing at all (its 8-byte keys fit the
+ * record's inline room; a longer key is allocated and freed with its
+ * task). */
+static void test_peak_kept_and_reused(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.allocator = counting(&a);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    enum { N = 50000 };
+    static tw_id ids[N];
+    int fired = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < N; k++) {
+            uint64_t d = (uint64_t)((k * 7919 + round * 104729) % 3600000 + 1) * MS;
+            if (k % 10 == 0) {
+                char key[8];
+                memcpy(key, &k, sizeof k);
+                memset(key + sizeof k, round, sizeof key - sizeof k);
+                assert_int_equal(tw_schedule_keyed(t, key, sizeof key, d, count_fn,
+                                                   &fired, &ids[k]), 0);
+            } else {
+                assert_int_equal(tw_schedule(t, d, count_fn, &fired, &ids[k]), 0);
+            }
+        }
+        struct tw_stats peak;
+        tw_stats(t, &peak);
+        long allocs = a.allocs, frees = a.frees;
+        assert_int_equal(peak.memory_bytes, a.bytes);
+        for (int k = 0; k < N; k++)
+            assert_int_equal(tw_cancel(t, ids[k]), 0);
+        struct tw_stats after;
+        tw_stats(t, &after);
+        assert_int_equal(after.pending, 0);
+        assert_int_equal(after.memory_bytes, peak.memory_bytes); /* kept */
+        assert_int_equal(a.allocs, allocs);
+        assert_int_equal(a.frees, frees); /* nothing given back */
+        if (round == 0)
+            a.fail_at = 1; /* from here any allocation fails a schedule above */
+        assert_check(t);
+    }
+    assert_int_equal(a.failed, 0); /* the second peak asked for nothing */
+    assert_int_equal(tw_advance(t, 7200 * SEC), 0);
+    assert_int_equal(fired, 0);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
 /* The pool grows by mremap with the default allocator (once it reaches
  * 1 MiB; 200,000 tasks take it to ~7 MB) and by alloc, copy, free with a
  * user's: both must keep every task and account the same. */
@@ -1284,6 +1338,7 @@ int main(void)
         cmocka_unit_test(test_ids_never_reissued),
         cmocka_unit_test(test_capacity_preallocates),
         cmocka_unit_test(test_growth_both_allocators),
+        cmocka_unit_test(test_peak_kept_and_reused),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }
