@@ -307,10 +307,11 @@ TW_API size_t tw_pending(tw_timer *t);
  * not run again; threaded, so is one the driver has taken and whose
  * callback has not started, and that callback does not run. `arg` is the
  * caller's context, readable from `each` with tw_drain_arg(). Returns how
- * many tasks were removed (0 when t is NULL). each must not call back into this timer.
- * Threaded: tasks scheduled while it runs may stay; a shard fires nothing
- * while it is being drained (its tasks due meanwhile fire when the drain
- * ends, late by as long as the callbacks took, never early).
+ * many tasks were removed (0 when t is NULL). each must not call back
+ * into this timer. Threaded: tasks scheduled while it runs may stay; a
+ * shard fires nothing while it is being drained (its tasks due meanwhile
+ * fire when the drain ends, late by as long as the callbacks took, never
+ * early).
  * O(pending + buckets), plus a pass over the slots ever used while a
  * periodic task is running or taken. */
 TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
