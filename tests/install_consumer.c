@@ -1,6 +1,7 @@
 /* A user's program, built against the installed library via pkg-config.
  * The install test builds it as C and, when a C++ compiler is present, as
- * C++ too: both headers must compile there and link (extern "C"). */
+ * C++ too: both headers must compile there and link (extern "C"). It also
+ * links it against the static library, with `pkg-config --static`. */
 #include <stdio.h>
 #include <twheel.h>
 #include <twheel_purgatory.h>
@@ -46,5 +47,19 @@ int main(void)
     if (tw_purgatory_watched(p) != 0 || !tw_purgatory_timer(p))
         return 6;
     tw_purgatory_destroy(p, NULL, NULL);
-    return fired == 1000 ? 0 : 3;
+    /* a threaded timer: its driver thread starts, fires a task due in the
+     * past (tw_wake returns once it has run) and stops with nothing left */
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.shards = 1;
+    if (tw_create(&t, &o) != 0)
+        return 7;
+    if (tw_schedule_at(t, 0, on_timeout, &one, NULL) != 0 || tw_wake(t) != 0)
+        return 8;
+    if (tw_stop(t, NULL, NULL) != 0)
+        return 9;
+    tw_destroy(t);
+    printf("consumer: a threaded timer fired %d\n", fired - 1000);
+    return fired == 1001 ? 0 : 3;
 }

@@ -28,6 +28,19 @@ if [ -n "$cxx" ]; then
 else
   echo "no C++ compiler: the C++ check is skipped"
 fi
+# the static library: the same program linked against libtwheel.a with
+# `pkg-config --static` (Libs.private must name what the archive needs),
+# libc left shared; it must not load libtwheel.so
+static_libs=$(pkg-config --static --libs twheel | sed 's/-ltwheel\b/-l:libtwheel.a/')
+case "$static_libs" in *-l:libtwheel.a*) ;; *) echo "no -ltwheel in: $static_libs"; exit 1;; esac
+${CC:-cc} -std=c11 -Wall -Wextra -pedantic -Werror -o "$tmp/consumer-static" "$src" \
+  $(pkg-config --cflags twheel) $static_libs
+if readelf -d "$tmp/consumer-static" | grep -q 'NEEDED.*libtwheel'; then
+  echo "the static link still needs libtwheel.so"; exit 1
+fi
+"$tmp/consumer-static" | grep -q "a threaded timer fired 1" ||
+  { echo "the statically linked program failed"; exit 1; }
+echo "ok: links statically with pkg-config --static ($static_libs)"
 # pkg-config, the headers and the library agree on the version
 echo "$out" | grep -qx "consumer: version $(pkg-config --modversion twheel)" ||
   { echo "version differs from pkg-config's $(pkg-config --modversion twheel)"; exit 1; }
