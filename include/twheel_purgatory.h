@@ -150,8 +150,13 @@ TW_API int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, siz
 
 /* Stops watching key: every op in its list is removed from it, its timeout
  * is cancelled (it will not expire) and it is handed to each(op, arg)
- * (valid during the call), without being completed. Returns how many,
- * 0 for an unknown key (or NULL p or key, or keylen 0). */
+ * (valid during the call), without being completed. Completed ops not yet
+ * purged from the list are handed over too (tw_op_is_completed tells).
+ * As Kafka's cancelForKey, an op also watched under other keys stays in
+ * their lists: an event there may still complete it (on_complete runs),
+ * and tw_purgatory_destroy does not hand it to `unfinished` (it no longer
+ * waits on a timeout). Returns how many were handed over, 0 for an
+ * unknown key (or NULL p or key, or keylen 0). */
 TW_API size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
                                       void (*each)(tw_op *op, void *arg), void *arg);
 

@@ -257,29 +257,62 @@ static void collect_op(tw_op *op, void *arg)
     *seen = op;
 }
 
+static void count_unfinished(tw_op *op, void *arg)
+{
+    assert_false(tw_op_is_completed(op));
+    (*(int *)arg)++;
+}
+
+/* cancel_key takes the ops out of the key's list, completed ones not yet
+ * purged included, and cancels their timeouts; an op also watched under
+ * another key stays in that list (as Kafka's cancelForKey), where an event
+ * may still complete it, and destroy does not hand it to `unfinished` (it
+ * has no timeout left). */
 static void test_cancel_key(void **state)
 {
     (void)state;
     tw_purgatory *p = mk_manual(1000);
-    struct req r1 = { 0 }, r2 = { 0 };
+    struct req r1 = { 0 }, r2 = { 0 }, r3 = { 0 }, r4 = { 0 };
     tw_op *o1 = mk_op(p, &r1, 10 * MS), *o2 = mk_op(p, &r2, 10 * MS);
+    tw_op *o3 = mk_op(p, &r3, 10 * MS), *o4 = mk_op(p, &r4, 10 * MS);
     struct tw_key ka[2] = { KEY("key"), KEY("other") };
+    struct tw_key kb[2] = { KEY("key"), KEY("third") };
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, o1, ka, 1), 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, o2, ka, 2), 0);
-    assert_int_equal(tw_purgatory_watched(p), 3);
-    tw_op *seen[4] = { 0 };
-    assert_int_equal(tw_purgatory_cancel_key(p, "key", 3, collect_op, seen), 2);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o3, kb, 2), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o4, ka, 1), 0);
+    assert_true(tw_op_force_complete(o4)); /* completed, still listed */
+    assert_int_equal(tw_purgatory_watched(p), 6);
+    tw_op *seen[5] = { 0 };
+    assert_int_equal(tw_purgatory_cancel_key(p, "key", 3, collect_op, seen), 4);
     assert_ptr_equal(seen[0], o1);
     assert_ptr_equal(seen[1], o2);
-    assert_int_equal(tw_purgatory_watched(p), 1); /* o2 still under "other" */
+    assert_ptr_equal(seen[2], o3);
+    assert_ptr_equal(seen[3], o4);
+    assert_int_equal(r4.completed, 1); /* handed over, not run again */
+    assert_int_equal(tw_purgatory_watched(p), 2); /* o2, o3 under their others */
     assert_int_equal(tw_purgatory_delayed(p), 0); /* timeouts cancelled */
+    assert_int_equal(tw_purgatory_cancel_key(p, "key", 3, collect_op, seen), 0);
     assert_int_equal(tw_purgatory_cancel_key(p, "nokey", 5, collect_op, seen), 0);
     assert_int_equal(tw_advance(tw_purgatory_timer(p), SEC), 0); /* nothing expires */
     assert_false(tw_op_is_completed(o1));
     assert_int_equal(r1.completed + r1.expired + r2.completed + r2.expired, 0);
+    /* an event under o2's other key still completes it, with no expiry */
+    atomic_store(&r2.completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "other", 5), 1);
+    assert_true(tw_op_is_completed(o2));
+    assert_int_equal(r2.completed, 1);
+    assert_int_equal(tw_purgatory_watched(p), 1); /* o3 */
+    /* o3, still listed but with no timeout, is not handed back */
+    int unfinished = 0;
     tw_op_release(o1);
     tw_op_release(o2);
-    tw_purgatory_destroy(p, NULL, NULL);
+    tw_op_release(o4);
+    tw_purgatory_destroy(p, count_unfinished, &unfinished);
+    assert_int_equal(unfinished, 0);
+    assert_false(tw_op_is_completed(o3)); /* held by us: still valid */
+    assert_int_equal(r3.completed + r3.expired + r2.expired, 0);
+    tw_op_release(o3);
 }
 
 /* The op handed over is valid during the call only: keep its context. */
@@ -336,12 +369,6 @@ static void test_many_keys_one_shard(void **state)
         assert_int_equal(r[i].expired, 0);
     }
     tw_purgatory_destroy(p, NULL, NULL);
-}
-
-static void count_unfinished(tw_op *op, void *arg)
-{
-    assert_false(tw_op_is_completed(op));
-    (*(int *)arg)++;
 }
 
 static void test_destroy_hands_back(void **state)
