@@ -136,8 +136,11 @@ TW_API bool tw_op_force_complete(tw_op *op);
  * another thread: as Kafka's tryCompleteElseWatch, 1 only when this call
  * completed it; tw_op_is_completed tells), -EINVAL (NULL p or op, a key
  * with NULL data or length 0, an op already submitted or of another
- * purgatory), -ENOMEM (op is then neither watched nor delayed),
- * -ESHUTDOWN (timer stopped). */
+ * purgatory), -ENOMEM (op is then neither watched nor delayed, and may be
+ * submitted again), -ESHUTDOWN (timer stopped). An op that another thread
+ * completes while its timeout is being scheduled returns 0 even if the
+ * schedule then fails: its on_complete has run, and an error would have
+ * the caller answer the request a second time. */
 TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
                                                 const struct tw_key *keys, size_t nkeys);
 

@@ -272,9 +272,15 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         pthread_mutex_lock(&op->lock);
         for (size_t k = 0; k < watched; k++)
             tw__unwatch(p, op, &keys[k]);
+        /* An event on one of its keys (or a force_complete) may have
+         * completed it since the lock was dropped: on_complete has run,
+         * so the failure is moot and the caller must not answer the
+         * request a second time. */
+        int completed = atomic_load(&op->completed);
+        if (!completed)
+            atomic_store(&op->submitted, 0);
         pthread_mutex_unlock(&op->lock);
-        atomic_store(&op->submitted, 0);
-        return rc;
+        return completed ? 0 : rc;
     }
     atomic_store(&op->timer_id, id);
     if (atomic_load(&op->completed))

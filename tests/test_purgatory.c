@@ -769,7 +769,8 @@ static void test_check_snapshot_alloc_failure(void **state)
 
 /* An op completed by someone else while its timeout is being scheduled
  * (after the second try, before the timer id is stored): the timeout it
- * just got is cancelled, never fires, and its reference is settled. The
+ * just got is cancelled, never fires, and its reference is settled; if
+ * the schedule fails, the call still reports the completion. The
  * other completer is played, deterministically, by the purgatory's own
  * allocator: the first schedule on a fresh timer allocates its first
  * slab, after every allocation of the watch. */
@@ -837,6 +838,32 @@ static void test_completed_while_scheduling(void **state)
     tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
     assert_int_equal(h.c.live, 0); /* the timeout's reference went too */
+
+    /* the same, with that allocation failing: the schedule's -ENOMEM is
+     * moot, since on_complete has run; the call returns 0 (completed
+     * meanwhile), not an error that would have the caller answer the
+     * request again, and the op is left in no list and not delayed */
+    struct completing_alloc f = { 0 };
+    p = mk_completing(&f);
+    memset(&r, 0, sizeof r);
+    op = mk_op(p, &r, SEC);
+    f.op = op;
+    f.complete_at = n;
+    f.c.fail_at = n;
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    assert_int_equal(f.complete_at, 0);
+    assert_int_equal(f.c.failed, 1);
+    assert_true(tw_op_is_completed(op));
+    assert_int_equal(r.completed, 1);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL);
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * SEC), 0);
+    assert_int_equal(r.completed + r.expired, 1);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(f.c.live, 0);
 }
 
 /* ---- threads ----------------------------------------------------------- */
