@@ -105,6 +105,8 @@ static int table_reserve(tw_purgatory *p, struct tw__wshard *s)
 {
     if (s->n < s->cap)
         return 0;
+    if (s->cap > UINT32_MAX / 2 || (size_t)s->cap * 2 > SIZE_MAX / sizeof(*s->table))
+        return -ENOMEM; /* doubling would wrap: no address space holds it */
     uint32_t ncap = s->cap ? s->cap * 2 : 8;
     struct tw__watcher **t = tw__p_alloc(p, (size_t)ncap * sizeof(*t));
     if (!t)
@@ -144,6 +146,11 @@ int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
         s->n++;
     }
     if (w->n == w->cap) {
+        /* Doubling 2^31 entries (or, on a 32-bit target, 2^29 pointers)
+         * would wrap; no real list gets there, but a wrapped size would
+         * be a heap overflow, so it is refused as out of memory. */
+        if (w->cap > UINT32_MAX / 2 || (size_t)w->cap * 2 > SIZE_MAX / sizeof(*w->ops))
+            goto out; /* the list is full, so not new: nothing to take back */
         uint32_t ncap = w->cap ? w->cap * 2 : 4;
         tw_op **ops = tw__p_alloc(p, (size_t)ncap * sizeof(*ops));
         if (!ops) {

@@ -8,8 +8,9 @@
  * (pthread_create failing: no memory for its stack, a thread limit) is
  * made to happen at each start in turn through the runtime's hook. The
  * delay queue is checked on its own against a sorted list, ids forged past
- * a full pool are refused unread, and the key map deletes from a probe run
- * that wraps past its end. Linked against the static library, so that it
+ * a full pool are refused unread, the key map deletes from a probe run
+ * that wraps past its end, and a watch list whose doubling would wrap is
+ * refused. Linked against the static library, so that it
  * can reach the pool, the queue and the hook. */
 #include "helpers.h"
 
@@ -21,6 +22,7 @@
 
 #include "timer.h" /* struct tw_timer: the shards and their pools */
 #include "extra.h" /* tw__key_hash */
+#include "purgatory.h" /* the watch lists */
 
 #define LAST_FREE_GEN 0xFFFFFFFCu /* next plain task: ...FD, then wrap */
 
@@ -483,6 +485,66 @@ static void test_delay_queue_order(void **state)
     }
 }
 
+static bool never(tw_op *op)
+{
+    (void)op;
+    return false;
+}
+
+static void op_noop(tw_op *op)
+{
+    (void)op;
+}
+
+/* A purgatory watch list whose doubling would wrap its 32-bit count, or on
+ * a 32-bit target the size of its array, is refused as -ENOMEM, not grown
+ * to a wrapped size. No test can fill 2^31 entries, so the list's count
+ * and capacity are set by hand (the array behind them stays the real,
+ * small one, and nothing reads past it). (A shard's key table has the same
+ * guard; it cannot be faked so, since a lookup reads the table at the
+ * capacity it claims.) */
+static void test_watch_list_cannot_wrap(void **state)
+{
+    (void)state;
+    static const struct tw_op_ops ops = { never, op_noop, NULL };
+    struct fake_clock c;
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&c, 0, MS, 64);
+    o.shards = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_op *a, *b;
+    assert_int_equal(tw_op_create(p, &ops, NULL, SEC, &a), 0);
+    assert_int_equal(tw_op_create(p, &ops, NULL, SEC, &b), 0);
+    struct tw_key k = { "k", 1 };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, a, &k, 1), 0);
+    struct tw__wshard *s = &p->shards[0];
+    struct tw__watcher *w = NULL;
+    for (uint32_t i = 0; i < s->cap && !w; i++)
+        w = s->table[i];
+    assert_non_null(w);
+    assert_int_equal(w->n, 1);
+    const uint32_t n = w->n, cap = w->cap;
+    uint32_t huge[2] = { 1u << 31, 1u << 29 };
+    for (int i = 0; i < (SIZE_MAX == UINT32_MAX ? 2 : 1); i++) {
+        w->n = w->cap = huge[i];
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, &k, 1), -ENOMEM);
+        assert_int_equal(w->n, huge[i]); /* untouched */
+        assert_int_equal(w->cap, huge[i]);
+        w->n = n;
+        w->cap = cap;
+        assert_int_equal(tw_purgatory_watched(p), 1); /* b is in no list */
+        assert_int_equal(tw_purgatory_delayed(p), 1);
+    }
+    /* restored: b watches normally */
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, &k, 1), 0);
+    assert_int_equal(tw_purgatory_watched(p), 2);
+    tw_op_release(a);
+    tw_op_release(b);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_ids_past_the_pool),
         cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_keymap_wrapped_run),
+        cmocka_unit_test(test_watch_list_cannot_wrap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
