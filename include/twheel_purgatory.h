@@ -129,18 +129,22 @@ TW_API bool tw_op_is_completed(const tw_op *op);
  * try_complete (the op's lock is recursive). false for NULL. */
 TW_API bool tw_op_force_complete(tw_op *op);
 
-/* Tries to complete op; if it cannot, watches it under every key, tries
- * once more (closing the race with an event between the two), and if it
- * is still not complete schedules its timeout. Returns 1 if op completed
- * here, 0 if it is now watched and delayed (or was completed meanwhile by
- * another thread: as Kafka's tryCompleteElseWatch, 1 only when this call
- * completed it; tw_op_is_completed tells), -EINVAL (NULL p or op, a key
- * with NULL data or length 0, an op already submitted or of another
- * purgatory), -ENOMEM (op is then neither watched nor delayed, and may be
- * submitted again), -ESHUTDOWN (timer stopped). An op that another thread
- * completes while its timeout is being scheduled returns 0 even if the
- * schedule then fails: its on_complete has run, and an error would have
- * the caller answer the request a second time. */
+/* Submits op (once: an op is submitted at most once). Tries to complete
+ * it; if it cannot, watches it under every key, tries once more (closing
+ * the race with an event between the two), and if it is still not
+ * complete schedules its timeout. nkeys may be 0 (keys may then be NULL):
+ * the op then waits for its timeout or a tw_op_force_complete only.
+ * Returns 1 if op completed in this call; 0 if it is now watched and
+ * delayed, or if another thread completed it (before the call too: then
+ * nothing is tried, watched or scheduled) - as Kafka's
+ * tryCompleteElseWatch, 1 only when this call completed it, and
+ * tw_op_is_completed tells; -EINVAL (NULL p or op, keys NULL with nkeys
+ * > 0, a key with NULL data or length 0, an op already submitted or of
+ * another purgatory); -ENOMEM (op is then neither watched nor delayed,
+ * and may be submitted again); -ESHUTDOWN (timer stopped). An op that
+ * another thread completes while its timeout is being scheduled returns 0
+ * even if the schedule then fails: its on_complete has run, and an error
+ * would have the caller answer the request a second time. */
 TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
                                                 const struct tw_key *keys, size_t nkeys);
 

@@ -240,7 +240,11 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         return -EINVAL;
 
     pthread_mutex_lock(&op->lock);
-    if (atomic_load(&op->completed) || op->ops->try_complete(op)) {
+    if (atomic_load(&op->completed)) { /* before this call: not ours */
+        pthread_mutex_unlock(&op->lock);
+        return 0;
+    }
+    if (op->ops->try_complete(op)) {
         pthread_mutex_unlock(&op->lock);
         return 1;
     }

@@ -135,6 +135,57 @@ static void test_second_try_completes(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* An op already completed (by another thread's force_complete) before it
+ * is submitted: the call did not complete it, so it returns 0, tries
+ * nothing, watches nothing and schedules no timeout. It is spent: a second
+ * submission is refused. */
+static void test_submit_completed_op(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r = { 0 };
+    tw_op *op = mk_op(p, &r, SEC);
+    struct tw_key k = KEY("k");
+    assert_true(tw_op_force_complete(op));
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    assert_true(tw_op_is_completed(op));
+    assert_int_equal(r.attempts, 0);
+    assert_int_equal(r.completed, 1);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL);
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * SEC), 0);
+    assert_int_equal(r.expired, 0);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+/* No keys: the op waits for its timeout, or a force_complete, only. */
+static void test_no_keys(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    struct req r1 = { 0 }, r2 = { 0 };
+    tw_op *o1 = mk_op(p, &r1, 10 * MS), *o2 = mk_op(p, &r2, 10 * MS);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o1, NULL, 0), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o2, NULL, 0), 0);
+    assert_int_equal(r1.attempts, 2); /* tried, and tried again */
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 2);
+    assert_true(tw_op_force_complete(o2)); /* its timeout is cancelled */
+    assert_int_equal(tw_purgatory_delayed(p), 1);
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), 10 * MS), 1);
+    assert_int_equal(r1.completed, 1);
+    assert_int_equal(r1.expired, 1);
+    assert_int_equal(r2.completed, 1);
+    assert_int_equal(r2.expired, 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    tw_op_release(o1);
+    tw_op_release(o2);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 static void test_request_expiry(void **state)
 {
     (void)state;
@@ -514,8 +565,12 @@ static void test_errors_and_alloc_failure(void **state)
     assert_int_equal(tw_op_create(p, &bad, &r, 1, &op), -EINVAL);
     assert_int_equal(tw_op_create(NULL, &req_ops, &r, 1, &op), -EINVAL);
     op = mk_op(p, &r, SEC);
-    struct tw_key nokey = { NULL, 3 }, k = KEY("k");
+    struct tw_key nokey = { NULL, 3 }, empty = { "k", 0 }, k = KEY("k");
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &nokey, 1), -EINVAL);
+    struct tw_key second_empty[2] = { KEY("k"), empty };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, second_empty, 2), -EINVAL);
+    assert_int_equal(tw_purgatory_watched(p), 0); /* checked before any watch */
+    assert_int_equal(r.attempts, 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL); /* twice */
     assert_int_equal(tw_purgatory_check_and_complete(p, NULL, 1), -EINVAL);
@@ -1022,6 +1077,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_satisfaction),
         cmocka_unit_test(test_second_try_completes),
+        cmocka_unit_test(test_submit_completed_op),
+        cmocka_unit_test(test_no_keys),
         cmocka_unit_test(test_request_expiry),
         cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
