@@ -1,0 +1,361 @@
+/* test_purgatory_model.c: the purgatory against a reference model. A
+ * seeded PRNG drives thousands of random steps on a manual purgatory (ops
+ * created, submitted under 0 to 3 keys, repeated keys included, completed
+ * by a key's event or by force_complete, keys cancelled, lists purged, the
+ * clock advanced so that timeouts expire, ops released while still listed
+ * or pending), with allocations failing now and then. After every step
+ * each op's callbacks, tries and state, every return code and the two
+ * counts must be the model's; at the end, destroy must hand back exactly
+ * the ops still waiting on a timeout, and nothing may leak. */
+#include "helpers.h"
+
+#include <stdbool.h>
+
+#include "twheel_purgatory.h"
+
+#define MAXOPS 1000
+#define NKEYS 6
+#define MAXENT 4096
+
+/* What the callbacks see: the real side. */
+struct rec {
+    int need;      /* completable from this try on (0: when `flag`) */
+    int flag;
+    int tries, completed, expired, expired_early, handed_cancel, handed_destroy;
+};
+
+/* The model of one op. */
+struct mop {
+    tw_op *op; /* while the test holds it */
+    int submitted, completed, expired, tries, delayed;
+    uint64_t timeout, due;
+};
+
+/* How often each outcome came up, over all seeds: the run must reach
+ * every one, or it proves nothing about it. */
+enum { O_SUBMIT_FIRST, O_SUBMIT_SECOND, O_SUBMIT_WAIT, O_SUBMIT_DONE_BEFORE, O_SUBMIT_TWICE,
+       O_SUBMIT_NOMEM, O_CHECK_DONE, O_CHECK_NOMEM, O_FORCE, O_CANCELLED, O_PURGED, O_EXPIRED,
+       O_RELEASED_LISTED, O_HANDED, NOUTCOMES };
+static long outcome[NOUTCOMES];
+static const char *outcome_name[NOUTCOMES] = {
+    "completed by the first try", "completed by the second try", "watched and delayed",
+    "submitted already completed", "submitted twice (refused)", "submit out of memory",
+    "completed by an event", "event out of memory", "force-completed", "handed over by cancel_key",
+    "purged", "expired", "released while listed", "handed back by destroy",
+};
+
+static struct rec recs[MAXOPS];
+static struct mop m[MAXOPS];
+static int nops;
+/* each key's list: op indices in watch order, completed entries too */
+static int lists[NKEYS][MAXENT];
+static int nlist[NKEYS];
+static const char *keyname[NKEYS] = { "a", "bb", "ccc", "topic-0", "topic-1", "k" };
+
+static bool try_fn(tw_op *op)
+{
+    struct rec *r = tw_op_ctx(op);
+    r->tries++;
+    bool ready = r->need ? r->tries >= r->need : r->flag;
+    return ready && tw_op_force_complete(op);
+}
+
+static void complete_fn(tw_op *op)
+{
+    ((struct rec *)tw_op_ctx(op))->completed++;
+}
+
+static void expire_fn(tw_op *op)
+{
+    struct rec *r = tw_op_ctx(op);
+    if (!r->completed)
+        r->expired_early++;
+    r->expired++;
+}
+
+static const struct tw_op_ops ops = { try_fn, complete_fn, expire_fn };
+
+static void on_cancel(tw_op *op, void *arg)
+{
+    (void)arg;
+    ((struct rec *)tw_op_ctx(op))->handed_cancel++;
+}
+
+static void on_unfinished(tw_op *op, void *arg)
+{
+    (void)arg;
+    assert_false(tw_op_is_completed(op));
+    ((struct rec *)tw_op_ctx(op))->handed_destroy++;
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The model's try: as try_fn decides. */
+static bool model_try(int i)
+{
+    m[i].tries++;
+    bool ready = recs[i].need ? m[i].tries >= recs[i].need : recs[i].flag;
+    if (ready)
+        m[i].completed = 1, m[i].delayed = 0;
+    return ready;
+}
+
+static void drop_completed(int k)
+{
+    int n = 0;
+    for (int e = 0; e < nlist[k]; e++)
+        if (!m[lists[k][e]].completed)
+            lists[k][n++] = lists[k][e];
+    nlist[k] = n;
+}
+
+static void check_all(tw_purgatory *p)
+{
+    uint64_t entries = 0, delayed = 0;
+    for (int k = 0; k < NKEYS; k++)
+        entries += (uint64_t)nlist[k];
+    for (int i = 0; i < nops; i++) {
+        delayed += (uint64_t)m[i].delayed;
+        assert_int_equal(recs[i].tries, m[i].tries);
+        assert_int_equal(recs[i].completed, m[i].completed);
+        assert_int_equal(recs[i].expired, m[i].expired);
+        assert_int_equal(recs[i].expired_early, 0);
+        if (m[i].op)
+            assert_int_equal(tw_op_is_completed(m[i].op), m[i].completed);
+    }
+    assert_int_equal(tw_purgatory_watched(p), entries);
+    assert_int_equal(tw_purgatory_delayed(p), delayed);
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), delayed);
+}
+
+/* One seed: returns the number of steps run. */
+static int run_seed(uint64_t seed, int steps)
+{
+    uint64_t s = seed;
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&c, 0, MS, (rng(&s) & 1) ? 64 : 4);
+    o.timer.allocator = counting(&a);
+    static const uint32_t shards[] = { 1, 4, 512 };
+    o.shards = shards[rng(&s) % 3];
+    o.purge_interval = (uint64_t)1 << 40; /* purges only when asked */
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    memset(recs, 0, sizeof recs);
+    memset(m, 0, sizeof m);
+    memset(nlist, 0, sizeof nlist);
+    nops = 0;
+    int step, burst = 0; /* steps left of a burst on the hot key */
+    for (step = 0; step < steps; step++) {
+        int i = nops ? (int)(rng(&s) % (uint64_t)nops) : 0;
+        int k = rng(&s) & 1 ? 0 : (int)(rng(&s) % NKEYS); /* "a" is hot: its list grows long */
+        const char *key = keyname[k];
+        /* step kinds, weighted: 0 create, 1-2 submit, 3 event, 4 force,
+         * 5 cancel_key, 6 purge, 7-8 advance, 9 release */
+        static const int kind[20] = { 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 5, 6, 7, 7, 8, 8, 9, 9, 9 };
+        int what = kind[rng(&s) % 20];
+        if ((what == 1 || what == 2) && m[i].submitted && nops && rng(&s) % 4)
+            i = nops - 1; /* mostly submit the newest op, not one already in */
+        if (what == 5 && k == 0 && rng(&s) % 4)
+            what = 6; /* the hot key is rarely cancelled, so its list grows */
+        if (burst) /* create, then submit it under the hot key alone */
+            what = burst-- & 1 ? 0 : 1;
+        else if (what == 0 && nops + 80 <= MAXOPS && rng(&s) % 40 == 0)
+            burst = 2 * 80; /* a burst of requests for one partition */
+        switch (what) {
+        case 0: /* create */
+            if (nops == MAXOPS)
+                break;
+            i = nops++;
+            recs[i].need = burst || rng(&s) % 2 ? 0 : 1 + (int)(rng(&s) % 6);
+            /* short timeouts expire within a few advances; long ones let
+             * the lists grow past a check's 64-entry snapshot buffer */
+            m[i].timeout = (burst || rng(&s) & 1 ? 100 + rng(&s) % 2000 : 1 + rng(&s) % 50) * MS;
+            assert_int_equal(tw_op_create(p, &ops, &recs[i], m[i].timeout, &m[i].op), 0);
+            break;
+        case 1:
+        case 2: { /* submit under 0 to 3 keys, maybe with an allocation failing */
+            if (burst)
+                i = nops - 1;
+            if (!m[i].op)
+                break;
+            int nk = burst ? 1 : (int)(rng(&s) % 4), ks[3];
+            struct tw_key tk[3];
+            for (int j = 0; j < nk; j++) {
+                ks[j] = burst || rng(&s) & 1 ? 0 : (int)(rng(&s) % NKEYS);
+                tk[j] = (struct tw_key){ keyname[ks[j]], strlen(keyname[ks[j]]) };
+            }
+            if (rng(&s) % 6 == 0)
+                a.fail_at = 1 + (long)(rng(&s) % 4);
+            int rc = tw_purgatory_try_complete_else_watch(p, m[i].op, nk ? tk : NULL,
+                                                          (size_t)nk);
+            a.fail_at = 0;
+            if (m[i].submitted) {
+                assert_int_equal(rc, -EINVAL);
+                outcome[O_SUBMIT_TWICE]++;
+                break;
+            }
+            if (m[i].completed) { /* completed before: not ours */
+                assert_int_equal(rc, 0);
+                m[i].submitted = 1;
+                outcome[O_SUBMIT_DONE_BEFORE]++;
+                break;
+            }
+            if (model_try(i)) {
+                assert_int_equal(rc, 1);
+                m[i].submitted = 1;
+                outcome[O_SUBMIT_FIRST]++;
+                break;
+            }
+            if (rc == -ENOMEM) { /* the watch failed, or the schedule */
+                outcome[O_SUBMIT_NOMEM]++;
+                assert_true(recs[i].tries == m[i].tries || recs[i].tries == m[i].tries + 1);
+                m[i].tries = recs[i].tries;
+                assert_false(m[i].completed); /* nothing else completes it here */
+                break;                        /* not submitted: nothing listed */
+            }
+            m[i].submitted = 1;
+            for (int j = 0; j < nk; j++)
+                lists[ks[j]][nlist[ks[j]]++] = i;
+            if (model_try(i)) {
+                assert_int_equal(rc, 1);
+                outcome[O_SUBMIT_SECOND]++;
+                break;
+            }
+            assert_int_equal(rc, 0);
+            outcome[O_SUBMIT_WAIT]++;
+            m[i].delayed = 1;
+            m[i].due = tw_now(tw_purgatory_timer(p)) + m[i].timeout; /* on the ms grid */
+            break;
+        }
+        case 3: { /* an event on a key */
+            if (nops)
+                recs[i].flag = rng(&s) % 6 == 0; /* and an op's readiness changes */
+            int inject = rng(&s) % 8 == 0;
+            if (inject)
+                a.fail_at = 1;
+            int rc = tw_purgatory_check_and_complete(p, key, strlen(key));
+            a.fail_at = 0;
+            if (inject && rc == -ENOMEM) {
+                outcome[O_CHECK_NOMEM]++;
+                break; /* nothing tried (check_all sees the tries) */
+            }
+            int done = 0;
+            for (int e = 0; e < nlist[k]; e++) {
+                int j = lists[k][e];
+                if (!m[j].completed && model_try(j))
+                    done++;
+            }
+            drop_completed(k);
+            assert_int_equal(rc, done);
+            outcome[O_CHECK_DONE] += done;
+            break;
+        }
+        case 4: /* force_complete */
+            if (!m[i].op)
+                break;
+            outcome[O_FORCE] += !m[i].completed;
+            assert_int_equal(tw_op_force_complete(m[i].op), !m[i].completed);
+            m[i].completed = 1;
+            m[i].delayed = 0;
+            break;
+        case 5: { /* cancel_key */
+            int before[MAXOPS];
+            for (int j = 0; j < nops; j++)
+                before[j] = recs[j].handed_cancel;
+            size_t n = tw_purgatory_cancel_key(p, key, strlen(key), on_cancel, NULL);
+            assert_int_equal(n, nlist[k]);
+            for (int e = 0; e < nlist[k]; e++) {
+                before[lists[k][e]]++;
+                m[lists[k][e]].delayed = 0;
+            }
+            for (int j = 0; j < nops; j++)
+                assert_int_equal(recs[j].handed_cancel, before[j]);
+            outcome[O_CANCELLED] += nlist[k];
+            nlist[k] = 0;
+            break;
+        }
+        case 6: { /* purge */
+            size_t want = 0;
+            for (int kk = 0; kk < NKEYS; kk++) {
+                int n0 = nlist[kk];
+                drop_completed(kk);
+                want += (size_t)(n0 - nlist[kk]);
+            }
+            assert_int_equal(tw_purgatory_purge(p), want);
+            outcome[O_PURGED] += (long)want;
+            break;
+        }
+        case 7:
+        case 8: { /* time passes: timeouts expire */
+            tw_timer *t = tw_purgatory_timer(p);
+            uint64_t now = tw_now(t) + (rng(&s) % 20) * MS;
+            int want = 0;
+            for (int j = 0; j < nops; j++) {
+                if (m[j].delayed && m[j].due <= now) {
+                    m[j].delayed = 0;
+                    m[j].completed = 1;
+                    m[j].expired = 1;
+                    want++;
+                }
+            }
+            c.now = now;
+            assert_int_equal(tw_advance(t, now), want);
+            outcome[O_EXPIRED] += want;
+            break;
+        }
+        case 9: /* the test lets go of an op, listed or pending or not */
+            if (m[i].op && rng(&s) % 3 == 0) {
+                for (int kk = 0; kk < NKEYS; kk++)
+                    for (int e = 0; e < nlist[kk]; e++)
+                        outcome[O_RELEASED_LISTED] += lists[kk][e] == i;
+                tw_op_release(m[i].op);
+                m[i].op = NULL;
+            }
+            break;
+        }
+        check_all(p);
+    }
+    /* destroy hands back exactly the ops still waiting on a timeout */
+    tw_purgatory_destroy(p, on_unfinished, NULL);
+    for (int i = 0; i < nops; i++) {
+        assert_int_equal(recs[i].handed_destroy, m[i].delayed);
+        outcome[O_HANDED] += m[i].delayed;
+        assert_int_equal(recs[i].completed, m[i].completed); /* none run */
+        if (m[i].op)
+            tw_op_release(m[i].op);
+    }
+    assert_int_equal(a.live, 0);
+    return step;
+}
+
+static void test_purgatory_model(void **state)
+{
+    (void)state;
+    const char *env = getenv("TW_MODEL_SEEDS");
+    int seeds = env ? atoi(env) : 40;
+    long total = 0;
+    for (int sd = 1; sd <= seeds; sd++)
+        total += run_seed(0xC0FFEEull * (uint64_t)sd, 3000);
+    assert_true(total == (long)seeds * 3000);
+    for (int o = 0; o < NOUTCOMES; o++) {
+        printf("%-30s %ld\n", outcome_name[o], outcome[o]);
+        assert_true(outcome[o] > 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_purgatory_model),
+    };
+    return cmocka_run_group_tests_name("purgatory_model", tests, NULL, NULL);
+}
