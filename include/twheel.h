@@ -355,7 +355,10 @@ TW_API unsigned tw_version(void);
  * Callbacks run on the driver thread (workers = 0: a long callback delays
  * the tasks due after it, and the clock with them) or on a pool of
  * `workers` threads ("tw-worker-N": a long callback holds only its own
- * worker; the driver keeps advancing). No internal lock is held while a
+ * worker; the driver keeps advancing). At most 16,384 fired tasks wait
+ * for a worker; when the workers fall that far behind, the driver waits
+ * for room (nothing is dropped, and the tasks due meanwhile fire late).
+ * No internal lock is held while a
  * callback runs. Cancel racing with the firing of the same task has one
  * winner: either tw_cancel returns 0 and the callback never runs, or the
  * callback runs (or is running) and tw_cancel returns -ENOENT.

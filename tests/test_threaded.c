@@ -764,6 +764,48 @@ static void test_stop_with_full_queue(void **state)
     tw_destroy(t);
 }
 
+/* The same full queue, released instead of stopped: the driver, waiting
+ * for room, goes on once the worker drains the queue, and every task runs
+ * exactly once; none is dropped. */
+static void test_full_queue_runs_all(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 1);
+    uint64_t base = atomic_load(&c.now);
+    static struct job_rec rec[N];
+    memset(rec, 0, sizeof rec);
+    rec[0].hold = 1;
+    gate_reset(0);
+    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &rec[0], NULL), 0);
+    for (int k = 1; k < N; k++)
+        assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &rec[k], NULL), 0);
+    atomic_store(&c.now, base + 2 * MS);
+    pthread_t w = start_held_pass(t);
+    struct tw_stats s;
+    for (int ms = 0; ms < 10000; ms++) {
+        tw_stats(t, &s);
+        if (s.fired > 16384 + 1)
+            break;
+        usleep(1000);
+    }
+    tw_stats(t, &s);
+    assert_true(s.fired > 16384 + 1); /* the queue is full: the driver waits */
+    assert_true(s.fired < N);
+    atomic_store(&gate.release, 1);
+    pthread_join(w, NULL);
+    settle(t, 1);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(atomic_load(&rec[k].ran), 1);
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, N + 1); /* and settle's own task */
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.drained, 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* tw_drain_arg belongs to the drain: two threads draining one timer at
  * once each read their own arg from their callbacks, even while the other
  * drain is in the middle of its own. */
@@ -1288,6 +1330,7 @@ int main(void)
         cmocka_unit_test(test_stop_hands_back_taken),
         cmocka_unit_test(test_stop_hands_back_taken_periodic),
         cmocka_unit_test(test_stop_with_full_queue),
+        cmocka_unit_test(test_full_queue_runs_all),
         cmocka_unit_test(test_concurrent_drains),
         cmocka_unit_test(test_drain_fires_nothing_early),
         cmocka_unit_test(test_drain_during_dispatch),
