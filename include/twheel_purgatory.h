@@ -142,9 +142,12 @@ TW_API bool tw_op_force_complete(tw_op *op);
  * > 0, a key with NULL data or length 0, an op already submitted or of
  * another purgatory); -ENOMEM (op is then neither watched nor delayed,
  * and may be submitted again); -ESHUTDOWN (timer stopped). An op that
- * another thread completes while its timeout is being scheduled returns 0
- * even if the schedule then fails: its on_complete has run, and an error
- * would have the caller answer the request a second time. */
+ * another thread completes while its timeout is being scheduled, or
+ * hands over with tw_purgatory_cancel_key while this call runs, returns 0
+ * even if a watch or the schedule then fails (and a handed-over op gets
+ * no timeout): its on_complete has run, or the caller has it from
+ * cancel_key, and an error would have the caller answer the request a
+ * second time. */
 TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
                                                 const struct tw_key *keys, size_t nkeys);
 
@@ -156,8 +159,9 @@ TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
 TW_API int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t keylen);
 
 /* Stops watching key: every op in its list is removed from it, its timeout
- * is cancelled (it will not expire) and it is handed to each(op, arg)
- * (valid during the call), without being completed. Completed ops not yet
+ * is cancelled (it will not expire, even if another thread is submitting
+ * it and has yet to schedule the timeout) and it is handed to each(op,
+ * arg) (valid during the call), without being completed. Completed ops not yet
  * purged from the list are handed over too (tw_op_is_completed tells).
  * As Kafka's cancelForKey, an op also watched under other keys stays in
  * their lists: an event there may still complete it (on_complete runs),

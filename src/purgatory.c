@@ -253,9 +253,14 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         if (tw__watch(p, op, &keys[watched])) {
             while (watched-- > 0) /* nothing half-done */
                 tw__unwatch(p, op, &keys[watched]);
+            /* a cancel_key may have handed it over meanwhile (through
+             * a key watched already): the caller has it from there, and
+             * an error here would answer the request a second time */
+            int handed = atomic_load(&op->cancelled);
+            if (!handed)
+                atomic_store(&op->submitted, 0);
             pthread_mutex_unlock(&op->lock);
-            atomic_store(&op->submitted, 0);
-            return -ENOMEM;
+            return handed ? 0 : -ENOMEM;
         }
     }
     /* one more try: an event may have come between the first and the watch */
@@ -263,8 +268,8 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
     pthread_mutex_unlock(&op->lock);
     if (done)
         return 1;
-    if (atomic_load(&op->completed))
-        return 0; /* completed by someone else meanwhile */
+    if (atomic_load(&op->completed) || atomic_load(&op->cancelled))
+        return 0; /* completed, or handed over by cancel_key, meanwhile */
 
     atomic_fetch_add(&p->delayed, 1);
     tw_op_retain(op); /* the timeout's reference */
@@ -277,18 +282,23 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         for (size_t k = 0; k < watched; k++)
             tw__unwatch(p, op, &keys[k]);
         /* An event on one of its keys (or a force_complete) may have
-         * completed it since the lock was dropped: on_complete has run,
-         * so the failure is moot and the caller must not answer the
-         * request a second time. */
-        int completed = atomic_load(&op->completed);
-        if (!completed)
+         * completed it since the lock was dropped, or a cancel_key handed
+         * it over: on_complete has run, or the caller has it from
+         * cancel_key, so the failure is moot and the caller must not
+         * answer the request a second time. */
+        int moot = atomic_load(&op->completed) || atomic_load(&op->cancelled);
+        if (!moot)
             atomic_store(&op->submitted, 0);
         pthread_mutex_unlock(&op->lock);
-        return completed ? 0 : rc;
+        return moot ? 0 : rc;
     }
+    /* Completed or handed over by cancel_key while we scheduled: either
+     * that side finds the id stored here (and cancels), or this load sees
+     * its flag (the atomics are sequentially consistent) and the timeout
+     * is cancelled here; cancel_timeout settles it once. */
     atomic_store(&op->timer_id, id);
-    if (atomic_load(&op->completed))
-        cancel_timeout(op); /* completed while we scheduled */
+    if (atomic_load(&op->completed) || atomic_load(&op->cancelled))
+        cancel_timeout(op);
     return 0;
 }
 
@@ -330,6 +340,7 @@ size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
     for (uint32_t i = 0; i < w->n; i++) {
         tw_op *op = w->ops[i];
         tw__op_unlisted(op);
+        atomic_store(&op->cancelled, 1); /* before: see the submit's end */
         cancel_timeout(op);
         if (each)
             each(op, arg);

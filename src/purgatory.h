@@ -24,6 +24,7 @@ struct tw_op {
     pthread_mutex_t lock;    /* recursive: try_complete may force_complete */
     _Atomic int completed;
     _Atomic int submitted;
+    _Atomic int cancelled;   /* handed over by cancel_key: no timeout */
     _Atomic long refs;
     _Atomic tw_id timer_id;  /* pending timeout, 0 if none */
     _Atomic uint32_t nlisted; /* watch lists holding it */

@@ -835,12 +835,33 @@ struct completing_alloc {
     tw_op *op;
     tw_purgatory *p;
     uint64_t delayed_then; /* tw_purgatory_delayed when it completed */
+    /* instead of completing: cancel_key(cancel_key) at the first
+     * allocation from complete_at on that finds the op watched (a watch
+     * list's allocations run under its shard's lock, and the key to
+     * cancel lies in another shard) */
+    const char *cancel_key;
+    int armed;
+    int handed; /* ops cancel_key handed over */
 };
+
+static void count_handed(tw_op *op, void *arg)
+{
+    (void)op;
+    (*(int *)arg)++;
+}
 
 static void *completing_alloc_fn(void *ctx, size_t size)
 {
     struct completing_alloc *h = ctx;
-    if (h->complete_at && --h->complete_at == 0) {
+    if (h->cancel_key) {
+        if (h->complete_at && --h->complete_at == 0)
+            h->armed = 1;
+        if (h->armed && tw_purgatory_watched(h->p)) {
+            h->armed = 0;
+            tw_purgatory_cancel_key(h->p, h->cancel_key, strlen(h->cancel_key), count_handed,
+                                    &h->handed);
+        }
+    } else if (h->complete_at && --h->complete_at == 0) {
         h->delayed_then = tw_purgatory_delayed(h->p);
         assert_true(tw_op_force_complete(h->op));
     }
@@ -919,6 +940,72 @@ static void test_completed_while_scheduling(void **state)
     tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
     assert_int_equal(f.c.live, 0);
+}
+
+/* A cancel_key of a key the op is watched under, while the op is being
+ * submitted (between its watches, or while its timeout is scheduled), at
+ * every allocation of the submission in turn, that allocation failing or
+ * not. Once cancel_key has handed the op over, the caller has it from
+ * there: the submission reports no error (an error would be a second
+ * answer) and leaves no timeout behind (cancel_key promised it would not
+ * expire). Handed over before it was listed, the cancel finds nothing,
+ * and the submission goes on (or fails) as if it had not happened. */
+static void test_cancelled_while_submitting(void **state)
+{
+    (void)state;
+    struct tw_key keys[2] = { KEY("k1"), KEY("k2") };
+    /* a dry run counts the submission's allocations */
+    struct completing_alloc dry = { 0 };
+    tw_purgatory *p = mk_completing(&dry);
+    struct req r = { 0 };
+    tw_op *op = mk_op(p, &r, SEC);
+    long before = dry.c.allocs;
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, 2), 0);
+    long total = dry.c.allocs - before;
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+    int handed_somewhere = 0, failed_after_handing = 0;
+    for (long n = 1; n <= total; n++) {
+        for (int fail = 0; fail <= 1; fail++) {
+            struct completing_alloc h = { 0 };
+            p = mk_completing(&h);
+            memset(&r, 0, sizeof r);
+            op = mk_op(p, &r, SEC);
+            h.op = op;
+            h.cancel_key = "k1";
+            h.complete_at = n;
+            if (fail)
+                h.c.fail_at = n;
+            int rc = tw_purgatory_try_complete_else_watch(p, op, keys, 2);
+            h.c.fail_at = 0;
+            if (h.handed) { /* the op was handed over mid-submission */
+                handed_somewhere = 1;
+                failed_after_handing += h.c.failed > 0;
+                assert_int_equal(h.handed, 1);
+                assert_int_equal(rc, 0);
+                assert_int_equal(tw_purgatory_delayed(p), 0);
+                assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0);
+                assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, 2), -EINVAL);
+                /* still under k2 (unless the failure took it back) */
+                assert_true(tw_purgatory_watched(p) <= 1);
+            } else if (rc == -ENOMEM) { /* failed before it was listed */
+                assert_int_equal(tw_purgatory_watched(p), 0);
+                assert_int_equal(tw_purgatory_delayed(p), 0);
+            } else {
+                assert_int_equal(rc, 0);
+                assert_int_equal(tw_purgatory_delayed(p), 1);
+            }
+            assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * SEC),
+                             (int)tw_purgatory_delayed(p));
+            assert_int_equal(r.completed, r.expired); /* only by expiry */
+            assert_int_equal(r.expired, !h.handed && rc == 0);
+            tw_op_release(op);
+            tw_purgatory_destroy(p, NULL, NULL);
+            assert_int_equal(h.c.live, 0);
+        }
+    }
+    assert_true(handed_somewhere);    /* the run reached both cases */
+    assert_true(failed_after_handing);
 }
 
 /* ---- threads ----------------------------------------------------------- */
@@ -1072,6 +1159,108 @@ static void test_concurrent_watch_complete_expire(void **state)
     print_message("%d ops: %d completed by events, %d expired\n", SOPS, SOPS - expired, expired);
 }
 
+/* Submissions racing with cancel_key on one of their keys, on a threaded
+ * purgatory whose clock stands still while they run (so no timeout can
+ * fire meanwhile), then jumps past every timeout. An op handed over by
+ * cancel_key before anything completed it must never expire (the cancel
+ * holds even when the submission had yet to schedule the timeout); every
+ * other op expires exactly once; nothing is left for destroy. */
+#define COPS 3000
+static struct req creqs[COPS];
+static _Atomic int cancelled_live[COPS]; /* handed over while not completed */
+static _Atomic int csub_next, csub_done;
+
+static void on_cancelled(tw_op *op, void *arg)
+{
+    (void)arg;
+    struct req *r = tw_op_ctx(op);
+    if (!tw_op_is_completed(op))
+        atomic_fetch_add(&cancelled_live[r - creqs], 1);
+}
+
+static void *cancel_submitter(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull | 1;
+    for (;;) {
+        int i = atomic_fetch_add(&csub_next, 1);
+        if (i >= COPS)
+            break;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        tw_op *op;
+        if (tw_op_create(tp, &req_ops, &creqs[i], (1 + x % 5) * MS, &op))
+            abort();
+        char k1[16];
+        int l1 = snprintf(k1, sizeof k1, "c%d", (int)(x % 4));
+        struct tw_key keys[2] = { { k1, (size_t)l1 }, { "rest", 4 } };
+        if (tw_purgatory_try_complete_else_watch(tp, op, keys, 2) != 0)
+            abort(); /* never completable; no error, cancelled or not */
+        tw_op_release(op);
+    }
+    atomic_fetch_add(&csub_done, 1);
+    return NULL;
+}
+
+static void *key_canceller(void *arg)
+{
+    (void)arg;
+    unsigned k = 0;
+    while (atomic_load(&csub_done) < 2) {
+        char key[16];
+        int l = snprintf(key, sizeof key, "c%u", k++ % 4);
+        tw_purgatory_cancel_key(tp, key, (size_t)l, on_cancelled, NULL);
+    }
+    return NULL;
+}
+
+static void test_cancel_races_submission(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    atomic_store(&c.now, 1000 * SEC);
+    atomic_store(&c.reads, 0);
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer.clock = atomic_clock_read;
+    o.timer.clock_ctx = &c;
+    o.timer.workers = 1;
+    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+    memset(creqs, 0, sizeof creqs);
+    for (int i = 0; i < COPS; i++)
+        atomic_store(&cancelled_live[i], 0);
+    atomic_store(&csub_next, 0);
+    atomic_store(&csub_done, 0);
+    pthread_t s[2], k;
+    pthread_create(&k, NULL, key_canceller, NULL);
+    for (int j = 0; j < 2; j++)
+        pthread_create(&s[j], NULL, cancel_submitter, (void *)(uintptr_t)(j + 1));
+    for (int j = 0; j < 2; j++)
+        pthread_join(s[j], NULL);
+    pthread_join(k, NULL);
+    assert_int_equal(atomic_load(&csub_next) >= COPS, 1);
+    /* time jumps past every timeout: what is still delayed fires */
+    uint64_t delayed = tw_purgatory_delayed(tp);
+    atomic_store(&c.now, 1000 * SEC + 10 * MS);
+    assert_int_equal(tw_wake(tw_purgatory_timer(tp)), 0);
+    for (int spin = 0; spin < 20000 && tw_purgatory_delayed(tp); spin++)
+        usleep(500);
+    assert_int_equal(tw_purgatory_delayed(tp), 0);
+    int unfinished = 0;
+    tw_purgatory_destroy(tp, count_unfinished, &unfinished); /* waits for the worker */
+    assert_int_equal(unfinished, 0);
+    int handed = 0, expired = 0;
+    for (int i = 0; i < COPS; i++) {
+        int h = atomic_load(&cancelled_live[i]) > 0, e = atomic_load(&creqs[i].expired);
+        assert_int_equal(h + e, 1); /* one or the other, once */
+        assert_int_equal(atomic_load(&creqs[i].completed), e);
+        handed += h;
+        expired += e;
+    }
+    assert_int_equal((uint64_t)expired, delayed);
+    print_message("%d ops: %d handed over by cancel_key, %d expired\n", COPS, handed, expired);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1093,8 +1282,10 @@ int main(void)
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
         cmocka_unit_test(test_completed_while_scheduling),
+        cmocka_unit_test(test_cancelled_while_submitting),
         cmocka_unit_test(test_many_threads_complete_once),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
+        cmocka_unit_test(test_cancel_races_submission),
     };
     return cmocka_run_group_tests_name("purgatory", tests, NULL, NULL);
 }
