@@ -159,15 +159,18 @@ TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
 TW_API int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t keylen);
 
 /* Stops watching key: every op in its list is removed from it, its timeout
- * is cancelled (it will not expire, even if another thread is submitting
- * it and has yet to schedule the timeout) and it is handed to each(op,
- * arg) (valid during the call), without being completed. Completed ops not yet
- * purged from the list are handed over too (tw_op_is_completed tells).
- * As Kafka's cancelForKey, an op also watched under other keys stays in
- * their lists: an event there may still complete it (on_complete runs),
- * and tw_purgatory_destroy does not hand it to `unfinished` (it no longer
- * waits on a timeout). Returns how many were handed over, 0 for an
- * unknown key (or NULL p or key, or keylen 0). */
+ * is cancelled and it is handed to each(op, arg) (valid during the call),
+ * without being completed. Completed ops not yet purged from the list are
+ * handed over too (tw_op_is_completed tells). An op handed over never
+ * expires: not even when another thread is submitting it and has yet to
+ * schedule the timeout, nor when the threaded timer has already taken the
+ * timeout to fire it (it is then dropped unrun). As Kafka's cancelForKey,
+ * an op also watched under other keys stays in their lists: an event
+ * there (or tw_op_force_complete) may still complete it, and
+ * tw_purgatory_destroy does not hand it to `unfinished` (it no longer
+ * waits on a timeout). Takes no op's lock: may be called from try_complete
+ * or on_complete. Returns how many were handed over, 0 for an unknown key
+ * (or NULL p or key, or keylen 0). */
 TW_API size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
                                       void (*each)(tw_op *op, void *arg), void *arg);
 

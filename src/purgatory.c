@@ -1,10 +1,18 @@
 /* purgatory.c: delayed operations on a twheel timer (see
  * include/twheel_purgatory.h for the semantics).
  *
- * Exactly-once. tw_op_force_complete flips `completed` under the op's
- * lock; only the caller that flips it runs on_complete, still under that
- * lock, so no try_complete of the same op can run beside it (the lock is
- * recursive so that try_complete itself may force completion).
+ * Exactly-once. tw_op_force_complete sets COMPLETED in the op's state
+ * under the op's lock; only the caller that sets it runs on_complete,
+ * still under that lock, so no try_complete of the same op can run beside
+ * it (the lock is recursive so that try_complete itself may force
+ * completion).
+ *
+ * Handing over. cancel_key sets CANCELLED (no lock), then cancels the
+ * timeout. An expiration completes the op only from a state with neither
+ * bit, in one compare-and-swap, so a timeout the driver took before the
+ * cancel could reach it does not expire the op afterwards; a submission
+ * that has yet to schedule the timeout sees the bit and schedules none
+ * (or cancels the one it just got).
  *
  * Timeouts. An op's timeout is a one-shot twheel task holding a reference.
  * Whoever removes the task settles its reference and the `delayed` count
@@ -146,7 +154,12 @@ void *tw_op_ctx(const tw_op *op)
 
 bool tw_op_is_completed(const tw_op *op)
 {
-    return op && atomic_load_explicit(&op->completed, memory_order_acquire);
+    return op && (atomic_load_explicit(&op->state, memory_order_acquire) & TW__OP_COMPLETED);
+}
+
+static int op_state(tw_op *op)
+{
+    return atomic_load(&op->state);
 }
 
 void tw__op_unlisted(tw_op *op)
@@ -168,16 +181,19 @@ static void cancel_timeout(tw_op *op)
     }
 }
 
-bool tw_op_force_complete(tw_op *op)
+/* Completes op unless its state already has COMPLETED or a bit of
+ * `refuse` (an expiration refuses CANCELLED). Returns whether this call
+ * completed it and ran on_complete. */
+static bool complete(tw_op *op, int refuse)
 {
-    if (!op)
-        return false;
     pthread_mutex_lock(&op->lock);
-    if (atomic_load(&op->completed)) {
-        pthread_mutex_unlock(&op->lock);
-        return false;
-    }
-    atomic_store_explicit(&op->completed, 1, memory_order_release);
+    int s = atomic_load(&op->state);
+    do {
+        if (s & (TW__OP_COMPLETED | refuse)) {
+            pthread_mutex_unlock(&op->lock);
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak(&op->state, &s, s | TW__OP_COMPLETED));
     /* nlisted is stable here: lists only grow under this lock. An op held
      * past tw_purgatory_destroy is in no list and has no timeout (destroy
      * took both), so from here on it touches nothing of its purgatory. */
@@ -190,11 +206,16 @@ bool tw_op_force_complete(tw_op *op)
     return true;
 }
 
+bool tw_op_force_complete(tw_op *op)
+{
+    return op && complete(op, 0);
+}
+
 /* Under the op's lock: never beside on_complete. */
 static bool safe_try_complete(tw_op *op)
 {
     pthread_mutex_lock(&op->lock);
-    bool done = !atomic_load(&op->completed) && op->ops->try_complete(op);
+    bool done = !(op_state(op) & TW__OP_COMPLETED) && op->ops->try_complete(op);
     pthread_mutex_unlock(&op->lock);
     return done;
 }
@@ -222,7 +243,12 @@ static void expire_fn(tw_timer *t, tw_id id, void *arg)
     atomic_fetch_sub(&p->delayed, 1);
     tw_id expect = id;
     atomic_compare_exchange_strong(&op->timer_id, &expect, 0);
-    if (tw_op_force_complete(op) && op->ops->on_expire)
+    /* A cancel_key that reached the op after the driver took this job
+     * (too late for tw_cancel) has handed it over, promising it will not
+     * expire: complete() refuses a CANCELLED op, in the same atomic step
+     * that would complete it. */
+    bool expired = complete(op, TW__OP_CANCELLED);
+    if (expired && op->ops->on_expire)
         op->ops->on_expire(op); /* after on_complete, outside the op lock */
     tw_op_release(op);
     maybe_purge(p);
@@ -240,7 +266,7 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         return -EINVAL;
 
     pthread_mutex_lock(&op->lock);
-    if (atomic_load(&op->completed)) { /* before this call: not ours */
+    if (op_state(op) & TW__OP_COMPLETED) { /* before this call: not ours */
         pthread_mutex_unlock(&op->lock);
         return 0;
     }
@@ -249,14 +275,14 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         return 1;
     }
     size_t watched = 0;
-    for (; watched < nkeys && !atomic_load(&op->completed); watched++) {
+    for (; watched < nkeys && !(op_state(op) & TW__OP_COMPLETED); watched++) {
         if (tw__watch(p, op, &keys[watched])) {
             while (watched-- > 0) /* nothing half-done */
                 tw__unwatch(p, op, &keys[watched]);
             /* a cancel_key may have handed it over meanwhile (through
              * a key watched already): the caller has it from there, and
              * an error here would answer the request a second time */
-            int handed = atomic_load(&op->cancelled);
+            int handed = op_state(op) & TW__OP_CANCELLED;
             if (!handed)
                 atomic_store(&op->submitted, 0);
             pthread_mutex_unlock(&op->lock);
@@ -264,11 +290,11 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         }
     }
     /* one more try: an event may have come between the first and the watch */
-    bool done = !atomic_load(&op->completed) && op->ops->try_complete(op);
+    bool done = !(op_state(op) & TW__OP_COMPLETED) && op->ops->try_complete(op);
     pthread_mutex_unlock(&op->lock);
     if (done)
         return 1;
-    if (atomic_load(&op->completed) || atomic_load(&op->cancelled))
+    if (op_state(op))
         return 0; /* completed, or handed over by cancel_key, meanwhile */
 
     atomic_fetch_add(&p->delayed, 1);
@@ -286,7 +312,7 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
          * it over: on_complete has run, or the caller has it from
          * cancel_key, so the failure is moot and the caller must not
          * answer the request a second time. */
-        int moot = atomic_load(&op->completed) || atomic_load(&op->cancelled);
+        int moot = op_state(op) != 0;
         if (!moot)
             atomic_store(&op->submitted, 0);
         pthread_mutex_unlock(&op->lock);
@@ -297,7 +323,7 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
      * its flag (the atomics are sequentially consistent) and the timeout
      * is cancelled here; cancel_timeout settles it once. */
     atomic_store(&op->timer_id, id);
-    if (atomic_load(&op->completed) || atomic_load(&op->cancelled))
+    if (op_state(op))
         cancel_timeout(op);
     return 0;
 }
@@ -340,7 +366,11 @@ size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
     for (uint32_t i = 0; i < w->n; i++) {
         tw_op *op = w->ops[i];
         tw__op_unlisted(op);
-        atomic_store(&op->cancelled, 1); /* before: see the submit's end */
+        /* Handed over: no expiry from now on. Set before the cancel (see
+         * the submission's end); an expiration already under way checks
+         * it as it completes (see expire_fn), so the promise holds
+         * whoever else is at the timeout. */
+        atomic_fetch_or(&op->state, TW__OP_CANCELLED);
         cancel_timeout(op);
         if (each)
             each(op, arg);
@@ -360,7 +390,9 @@ static void unfired_fn(tw_timer *t, tw_id id, void *arg)
     tw_purgatory *p = tw_drain_arg(t);
     atomic_fetch_sub(&p->delayed, 1);
     atomic_store(&op->timer_id, 0);
-    if (!tw_op_is_completed(op) && p->unfinished)
+    /* one cancel_key handed over already (its timeout was taken by the
+     * driver, too late to cancel) is not handed over twice */
+    if (!op_state(op) && p->unfinished)
         p->unfinished(op, p->unfinished_arg);
     tw_op_release(op);
 }

@@ -22,13 +22,21 @@ struct tw_op {
     void *ctx;
     uint64_t timeout_ns;
     pthread_mutex_t lock;    /* recursive: try_complete may force_complete */
-    _Atomic int completed;
+    _Atomic int state;       /* TW__OP_COMPLETED | TW__OP_CANCELLED */
     _Atomic int submitted;
-    _Atomic int cancelled;   /* handed over by cancel_key: no timeout */
     _Atomic long refs;
     _Atomic tw_id timer_id;  /* pending timeout, 0 if none */
     _Atomic uint32_t nlisted; /* watch lists holding it */
 };
+
+/* An op's state bits. COMPLETED is set once, by the one completer.
+ * CANCELLED: cancel_key handed the op over, so it will not expire. Both
+ * live in one word so that an expiration completes the op only if it
+ * was not handed over first (one compare-and-swap), and cancel_key learns
+ * from the same word whether it came after a completion; it takes no op
+ * lock, so it may be called from a callback holding another op's. */
+#define TW__OP_COMPLETED 1
+#define TW__OP_CANCELLED 2
 
 /* One key's watch list. */
 struct tw__watcher {

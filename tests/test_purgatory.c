@@ -1261,6 +1261,113 @@ static void test_cancel_races_submission(void **state)
     print_message("%d ops: %d handed over by cancel_key, %d expired\n", COPS, handed, expired);
 }
 
+/* cancel_key reaching an op whose timeout the driver has already taken:
+ * two timeouts due in one tick are taken in one batch, and the first
+ * one's on_complete, on the driver, cancels the other's key. tw_cancel is
+ * too late there, but the op was handed over, so it must not expire; and
+ * if tw_stop then hands its taken timeout back, destroy must not hand the
+ * op to `unfinished` a second time. */
+struct pair_op {
+    const char *other_key;
+    _Atomic int completed, expired, handed;
+};
+static struct pair_op pairs[2];
+static _Atomic int pair_first, pair_cancelled, pair_hold_until_stop;
+
+static bool pair_try(tw_op *op)
+{
+    (void)op;
+    return false;
+}
+
+static void pair_handed(tw_op *op, void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&((struct pair_op *)tw_op_ctx(op))->handed, 1);
+}
+
+static void pair_complete(tw_op *op)
+{
+    struct pair_op *r = tw_op_ctx(op);
+    atomic_fetch_add(&r->completed, 1);
+    if (atomic_exchange(&pair_first, 1))
+        return;
+    tw_purgatory_cancel_key(tp, r->other_key, strlen(r->other_key), pair_handed, NULL);
+    atomic_store(&pair_cancelled, 1);
+    if (!atomic_load(&pair_hold_until_stop))
+        return;
+    /* hold the driver until tw_stop has begun (id 0 names no task:
+     * -ENOENT until then), and a while more, so that the other timeout,
+     * taken in this batch, is handed back rather than run */
+    tw_timer *t = tw_purgatory_timer(tp);
+    for (int ms = 0; ms < 60000 && tw_reschedule(t, 0, 0) != -ESHUTDOWN; ms++)
+        usleep(1000);
+    usleep(getenv("TW_TEST_SLOW") ? 1000000 : 200000);
+}
+
+static void pair_expire(tw_op *op)
+{
+    atomic_fetch_add(&((struct pair_op *)tw_op_ctx(op))->expired, 1);
+}
+
+static const struct tw_op_ops pair_ops = { pair_try, pair_complete, pair_expire };
+
+static void test_cancel_after_driver_took(void **state)
+{
+    (void)state;
+    for (int stop = 0; stop <= 1; stop++) {
+        struct atomic_clock c;
+        atomic_store(&c.now, 1000 * SEC);
+        atomic_store(&c.reads, 0);
+        struct tw_purgatory_options o;
+        tw_purgatory_options_init(&o);
+        o.timer.clock = atomic_clock_read;
+        o.timer.clock_ctx = &c;
+        o.timer.shards = 1; /* one shard: one batch */
+        assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+        memset(pairs, 0, sizeof pairs);
+        pairs[0].other_key = "kb";
+        pairs[1].other_key = "ka";
+        atomic_store(&pair_first, 0);
+        atomic_store(&pair_cancelled, 0);
+        atomic_store(&pair_hold_until_stop, stop);
+        tw_op *op[2];
+        struct tw_key keys[2] = { KEY("ka"), KEY("kb") };
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(tw_op_create(tp, &pair_ops, &pairs[i], 5 * MS, &op[i]), 0);
+            assert_int_equal(tw_purgatory_try_complete_else_watch(tp, op[i], &keys[i], 1), 0);
+        }
+        atomic_store(&c.now, 1000 * SEC + 5 * MS);
+        int unfinished = 0;
+        if (!stop) {
+            assert_int_equal(tw_wake(tw_purgatory_timer(tp)), 0); /* both ran */
+        } else {
+            /* the driver wakes by itself (it sleeps the clock's distance,
+             * 5 ms), takes both, and the first holds it: destroy stops it */
+            for (int ms = 0; ms < 60000 && !atomic_load(&pair_cancelled); ms++)
+                usleep(1000);
+            assert_int_equal(atomic_load(&pair_cancelled), 1);
+        }
+        if (!stop) {
+            assert_int_equal(tw_purgatory_delayed(tp), 0);
+            assert_int_equal(tw_pending(tw_purgatory_timer(tp)), 0);
+        }
+        tw_purgatory_destroy(tp, count_unfinished, &unfinished);
+        int first = atomic_load(&pairs[0].expired) ? 0 : 1;
+        struct pair_op *a = &pairs[first], *b = &pairs[1 - first];
+        assert_int_equal(a->completed, 1); /* the first expired */
+        assert_int_equal(a->expired, 1);
+        assert_int_equal(a->handed, 0);
+        assert_int_equal(b->handed, 1); /* the other was handed over... */
+        assert_int_equal(b->completed, 0); /* ...and never expired */
+        assert_int_equal(b->expired, 0);
+        assert_int_equal(unfinished, 0); /* nor handed over twice */
+        assert_false(tw_op_is_completed(op[1 - first]));
+        tw_op_release(op[0]);
+        tw_op_release(op[1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1286,6 +1393,7 @@ int main(void)
         cmocka_unit_test(test_many_threads_complete_once),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
         cmocka_unit_test(test_cancel_races_submission),
+        cmocka_unit_test(test_cancel_after_driver_took),
     };
     return cmocka_run_group_tests_name("purgatory", tests, NULL, NULL);
 }
