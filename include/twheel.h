@@ -273,14 +273,15 @@ TW_API int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen);
  * is taken as tw_now: a clock going backwards fires nothing early and loses
  * nothing) and runs the callbacks of every task due by then, in deadline
  * order, after all of them have been collected. Returns how many callbacks
- * ran, -EDEADLK when called from a callback of this timer, -EINVAL (t
- * NULL), -EPERM on a threaded timer. Cost is proportional to the buckets
- * and tasks due, never to the time that passed, plus, when a bucket came
- * due, a bounded slice of work done ahead: after the callbacks, up to 1024
- * tasks per level move from the next coarse bucket to a finer level, so
- * that a big coarse bucket is not cascaded all at once at its tick, where
- * that tick's due tasks would wait for it (the threaded driver does the
- * same after each firing pass). */
+ * ran (INT_MAX if more), -EDEADLK when called from a callback of this
+ * timer, -EINVAL (t NULL), -EPERM on a threaded timer. Cost is
+ * proportional to the buckets and tasks due, never to the time that
+ * passed, plus, when a bucket came due, a bounded slice of work done
+ * ahead: after the callbacks, up to 1024 tasks per level move from the
+ * next coarse bucket to a finer level, so that a big coarse bucket is not
+ * cascaded all at once at its tick, where that tick's due tasks would
+ * wait for it (the threaded driver does the same after each firing
+ * pass). */
 TW_API int tw_advance(tw_timer *t, uint64_t now_ns);
 
 /* Sets *deadline_ns to the time at which tw_advance next has work: never
@@ -400,8 +401,9 @@ TW_API unsigned tw_version(void);
  * hands every task whose callback never ran to unfired(t, id, task_arg)
  * (NULL to drop them; periodic tasks once). Afterwards schedule returns
  * -ESHUTDOWN; tw_destroy still frees. Returns the number of tasks handed
- * back, -EDEADLK from a callback of this timer, -EINVAL (t NULL or a
- * manual timer: use tw_drain), -EALREADY if already stopped. */
+ * back (INT_MAX if more), -EDEADLK from a callback of this timer, -EINVAL
+ * (t NULL or a manual timer: use tw_drain), -EALREADY if already
+ * stopped. */
 TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
 
 /* Threaded: wakes the driver now and returns once it has dispatched

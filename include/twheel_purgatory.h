@@ -154,8 +154,8 @@ TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
 /* Tries every op watched under key (under each op's lock, no list lock
  * held). Completed ops leave the key's list; a key left with no ops is
  * removed. Returns how many ops this call completed (0 for an unknown
- * key), -EINVAL (NULL p or key, or keylen 0), or -ENOMEM (nothing was
- * tried; call again). */
+ * key; INT_MAX if more), -EINVAL (NULL p or key, or keylen 0), or
+ * -ENOMEM (nothing was tried; call again). */
 TW_API int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t keylen);
 
 /* Stops watching key: every op in its list is removed from it, its timeout

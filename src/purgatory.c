@@ -24,6 +24,7 @@
  * dropping such an entry takes it off again. Past purge_interval, the
  * thread that notices purges every list (one at a time). */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -340,7 +341,7 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
     }
     if (n < 0)
         return (int)n;
-    int completed = 0;
+    long completed = 0; /* a list holds up to 2^31 entries: clamped below */
     for (long i = 0; i < n; i++) {
         if (!tw_op_is_completed(ops[i]) && safe_try_complete(ops[i]))
             completed++;
@@ -351,7 +352,7 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
     if (n)
         tw__compact_key(p, key, keylen);
     maybe_purge(p);
-    return completed;
+    return completed > INT_MAX ? INT_MAX : (int)completed;
 }
 
 size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,

@@ -53,6 +53,7 @@
  * what is left in their queue, and finally drains every shard. Every task
  * either ran, was cancelled, or was handed back: nothing is lost. */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -527,7 +528,7 @@ int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
         n += tw__drain_shard(t, s, unfired);
     uint64_t total = atomic_load(&rt->handed) + n;
     tw__drain_leave(&c);
-    return total > INT32_MAX ? INT32_MAX : (int)total;
+    return total > INT_MAX ? INT_MAX : (int)total;
 }
 
 int tw_wake(tw_timer *t)
