@@ -523,7 +523,10 @@ static void test_watch_list_cannot_wrap(void **state)
     struct tw__watcher *w = NULL;
     for (uint32_t i = 0; i < s->cap && !w; i++)
         w = s->table[i];
-    assert_non_null(w);
+    if (!w) { /* (cmocka's asserts do not return, but the analyzer does not know) */
+        fail_msg("the key's watch list is not in its shard");
+        return;
+    }
     assert_int_equal(w->n, 1);
     const uint32_t n = w->n, cap = w->cap;
     uint32_t huge[2] = { 1u << 31, 1u << 29 };

@@ -269,7 +269,8 @@ static int run_seed(uint64_t seed, int steps)
             break;
         case 5: { /* cancel_key */
             int before[MAXOPS];
-            for (int j = 0; j < nops; j++)
+            const int made = nops;
+            for (int j = 0; j < made; j++)
                 before[j] = recs[j].handed_cancel;
             size_t n = tw_purgatory_cancel_key(p, key, strlen(key), on_cancel, NULL);
             assert_int_equal(n, nlist[k]);
@@ -277,7 +278,7 @@ static int run_seed(uint64_t seed, int steps)
                 before[lists[k][e]]++;
                 m[lists[k][e]].delayed = 0;
             }
-            for (int j = 0; j < nops; j++)
+            for (int j = 0; j < made; j++)
                 assert_int_equal(recs[j].handed_cancel, before[j]);
             outcome[O_CANCELLED] += nlist[k];
             nlist[k] = 0;
