@@ -1368,6 +1368,147 @@ static void test_cancel_after_driver_took(void **state)
     }
 }
 
+/* Everything at once on a threaded purgatory with workers, on the real
+ * clock: two threads submit ops under two keys each, one sends events
+ * (check_and_complete, ops turning completable), one cancels keys, one
+ * force-completes ops at random, one purges; timeouts of 1 to 5 ms
+ * expire meanwhile. Every op must end completed exactly once (on_expire
+ * only after on_complete, try_complete never beside it) or handed over by
+ * cancel_key before anything completed it, and then never expired. */
+#define XOPS 3000
+static struct req xreqs[XOPS];
+static tw_op *xops[XOPS];
+static _Atomic int xhanded_live[XOPS];
+static _Atomic int xsub_next, xsub_done, xstop;
+
+static void x_handed(tw_op *op, void *arg)
+{
+    (void)arg;
+    struct req *r = tw_op_ctx(op);
+    if (!tw_op_is_completed(op))
+        atomic_fetch_add(&xhanded_live[r - xreqs], 1);
+}
+
+static uint64_t xs(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void *x_submitter(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull | 1;
+    for (;;) {
+        int i = atomic_fetch_add(&xsub_next, 1);
+        if (i >= XOPS)
+            break;
+        tw_op *op;
+        if (tw_op_create(tp, &req_ops, &xreqs[i], (1 + xs(&x) % 5) * MS, &op))
+            abort();
+        char k1[16], k2[16];
+        int l1 = snprintf(k1, sizeof k1, "p%d", (int)(xs(&x) % 8));
+        int l2 = snprintf(k2, sizeof k2, "t%d", (int)(xs(&x) % 3));
+        struct tw_key keys[2] = { { k1, (size_t)l1 }, { k2, (size_t)l2 } };
+        atomic_store(&xops[i], op); /* the force thread may take it now */
+        if (tw_purgatory_try_complete_else_watch(tp, op, keys, 2) < 0)
+            abort();
+    }
+    atomic_fetch_add(&xsub_done, 1);
+    return NULL;
+}
+
+static void *x_actor(void *arg)
+{
+    int role = (int)(uintptr_t)arg;
+    uint64_t x = (uint64_t)(role + 11) * 0x9E3779B97F4A7C15ull | 1;
+    while (!atomic_load(&xstop)) {
+        char k[16];
+        int l, i = (int)(xs(&x) % XOPS);
+        switch (role) {
+        case 0: /* events */
+            if (i % 3)
+                atomic_store(&xreqs[i].completable, 1);
+            l = snprintf(k, sizeof k, "p%d", (int)(xs(&x) % 8));
+            tw_purgatory_check_and_complete(tp, k, (size_t)l);
+            break;
+        case 1: /* cancels: rarely, so most ops meet their fate otherwise */
+            l = snprintf(k, sizeof k, "%c%d", xs(&x) % 2 ? 'p' : 't', (int)(xs(&x) % 8));
+            tw_purgatory_cancel_key(tp, k, (size_t)l, x_handed, NULL);
+            usleep(200);
+            break;
+        case 2: { /* force_complete, now and then */
+            tw_op *op = atomic_load(&xops[i]);
+            if (op)
+                tw_op_force_complete(op);
+            usleep(100);
+            break;
+        }
+        default: /* purge */
+            tw_purgatory_purge(tp);
+            usleep(100);
+        }
+    }
+    return NULL;
+}
+
+static void test_everything_concurrently(void **state)
+{
+    (void)state;
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.purge_interval = 32;
+    o.timer.workers = 2;
+    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+    memset(xreqs, 0, sizeof xreqs);
+    for (int i = 0; i < XOPS; i++) {
+        atomic_store(&xops[i], NULL);
+        atomic_store(&xhanded_live[i], 0);
+    }
+    atomic_store(&xsub_next, 0);
+    atomic_store(&xsub_done, 0);
+    atomic_store(&xstop, 0);
+    pthread_t sub[2], act[4];
+    for (int j = 0; j < 4; j++)
+        pthread_create(&act[j], NULL, x_actor, (void *)(uintptr_t)j);
+    for (int j = 0; j < 2; j++)
+        pthread_create(&sub[j], NULL, x_submitter, (void *)(uintptr_t)(j + 1));
+    for (int j = 0; j < 2; j++)
+        pthread_join(sub[j], NULL);
+    for (int spin = 0; spin < 20000 && tw_purgatory_delayed(tp); spin++)
+        usleep(500); /* every timeout is at most 5 ms */
+    atomic_store(&xstop, 1);
+    for (int j = 0; j < 4; j++)
+        pthread_join(act[j], NULL);
+    assert_int_equal(tw_purgatory_delayed(tp), 0);
+    int unfinished = 0;
+    tw_purgatory_destroy(tp, count_unfinished, &unfinished);
+    assert_int_equal(unfinished, 0);
+    int expired = 0, handed = 0, forced_or_event = 0, xoutcome[8] = { 0 };
+    for (int i = 0; i < XOPS; i++) {
+        struct req *r = &xreqs[i];
+        int c = atomic_load(&r->completed), e = atomic_load(&r->expired);
+        int h = atomic_load(&xhanded_live[i]);
+        xoutcome[c * 4 + e * 2 + (h > 0)]++;
+        assert_true(c <= 1);
+        assert_true(e <= c); /* expired only once completed */
+        assert_int_equal(atomic_load(&r->expired_before_completed), 0);
+        assert_int_equal(atomic_load(&r->overlap), 0);
+        assert_true(c == 1 || h > 0); /* nothing is lost */
+        if (h)
+            assert_int_equal(e, 0); /* handed over live: never expired */
+        expired += e;
+        handed += h > 0;
+        forced_or_event += c && !e;
+        tw_op_release(xops[i]);
+    }
+    print_message("%d ops: %d completed by an event or force, %d expired, %d handed over live"
+                  " (%d of them then completed through their other key or force)\n",
+                  XOPS, forced_or_event, expired, handed, xoutcome[5]);
+    assert_int_equal(xoutcome[0] + xoutcome[2] + xoutcome[3] + xoutcome[7], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1394,6 +1535,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_watch_complete_expire),
         cmocka_unit_test(test_cancel_races_submission),
         cmocka_unit_test(test_cancel_after_driver_took),
+        cmocka_unit_test(test_everything_concurrently),
     };
     return cmocka_run_group_tests_name("purgatory", tests, NULL, NULL);
 }
