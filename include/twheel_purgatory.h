@@ -107,8 +107,10 @@ TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_opt
 TW_API void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *arg),
                                  void *arg);
 
-/* The purgatory's timer: for tw_advance (manual), tw_stats, tw_now. Owned
- * by the purgatory: do not destroy it or schedule on it. NULL for NULL. */
+/* The purgatory's timer: for tw_advance and tw_next_deadline (manual),
+ * tw_stats, tw_now, tw_pending, tw_wake. Owned by the purgatory: do not
+ * destroy, stop or drain it, nor schedule or cancel on it (its tasks are
+ * the ops' timeouts, and their references). NULL for NULL. */
 TW_API tw_timer *tw_purgatory_timer(tw_purgatory *p);
 
 /* Creates an operation that expires timeout_ns after it is watched. ops is
