@@ -5,6 +5,7 @@
 #include "helpers.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@ struct req {
     _Atomic int in_complete; /* on_complete running */
     _Atomic int overlap;     /* try_complete saw on_complete running */
     _Atomic int expired_before_completed;
+    _Atomic int handed_live; /* handed over by cancel_key while not completed */
     void *payload;           /* freed in on_complete */
 };
 
@@ -79,6 +81,28 @@ static tw_purgatory *mk_counted(struct count_alloc *a, uint32_t shards)
     return p;
 }
 
+/* tp: a threaded purgatory, callbacks on `workers` (0: the driver), of
+ * `shards` timer shards (0: the default), on the real clock or (c not
+ * NULL) on c, set to 1000 s. */
+static tw_purgatory *tp;
+
+static void mk_threaded(uint64_t purge_interval, uint32_t workers, uint32_t shards,
+                        struct atomic_clock *c)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.purge_interval = purge_interval;
+    o.timer.workers = workers;
+    o.timer.shards = shards;
+    if (c) {
+        atomic_store(&c->now, 1000 * SEC);
+        atomic_store(&c->reads, 0);
+        o.timer.clock = atomic_clock_read;
+        o.timer.clock_ctx = c;
+    }
+    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+}
+
 static tw_op *mk_op(tw_purgatory *p, struct req *r, uint64_t timeout)
 {
     tw_op *op;
@@ -135,6 +159,22 @@ static void test_second_try_completes(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* op (of a manual purgatory) is completed once and spent: in no list, no
+ * timeout pending, a second submission refused, and it never expires. */
+static void assert_spent(tw_purgatory *p, tw_op *op, struct req *r, const struct tw_key *k)
+{
+    assert_true(tw_op_is_completed(op));
+    assert_int_equal(r->completed, 1);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, k, 1), -EINVAL);
+    assert_int_equal(tw_advance(tw_purgatory_timer(p), tw_now(tw_purgatory_timer(p)) + 2 * SEC),
+                     0);
+    assert_int_equal(r->completed, 1);
+    assert_int_equal(r->expired, 0);
+}
+
 /* An op already completed (by another thread's force_complete) before it
  * is submitted: the call did not complete it, so it returns 0, tries
  * nothing, watches nothing and schedules no timeout. It is spent: a second
@@ -148,15 +188,8 @@ static void test_submit_completed_op(void **state)
     struct tw_key k = KEY("k");
     assert_true(tw_op_force_complete(op));
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
-    assert_true(tw_op_is_completed(op));
     assert_int_equal(r.attempts, 0);
-    assert_int_equal(r.completed, 1);
-    assert_int_equal(tw_purgatory_watched(p), 0);
-    assert_int_equal(tw_purgatory_delayed(p), 0);
-    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL);
-    assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * SEC), 0);
-    assert_int_equal(r.expired, 0);
+    assert_spent(p, op, &r, &k);
     tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
 }
@@ -929,14 +962,7 @@ static void test_completed_while_scheduling(void **state)
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
     assert_int_equal(f.complete_at, 0);
     assert_int_equal(f.c.failed, 1);
-    assert_true(tw_op_is_completed(op));
-    assert_int_equal(r.completed, 1);
-    assert_int_equal(tw_purgatory_watched(p), 0);
-    assert_int_equal(tw_purgatory_delayed(p), 0);
-    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL);
-    assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * SEC), 0);
-    assert_int_equal(r.completed + r.expired, 1);
+    assert_spent(p, op, &r, &k);
     tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
     assert_int_equal(f.c.live, 0);
@@ -1012,7 +1038,6 @@ static void test_cancelled_while_submitting(void **state)
 
 #define NOPS 100
 static struct req treqs[NOPS];
-static tw_purgatory *tp;
 static _Atomic int all_done;
 
 static void *checker(void *arg)
@@ -1074,28 +1099,56 @@ static void test_many_threads_complete_once(void **state)
  * once, by an event or by its timeout (then expired once, after). */
 #define SOPS 4000
 static struct req sreqs[SOPS];
-static _Atomic int sub_next;
+/* Threads submitting ops by a plan: each takes the next op number,
+ * creates the op (timeout 1 to 5 ms) and submits it under two keys,
+ * "<k1><n % k1mod>" and "<k2><n % k2mod>" with n random. */
+struct sub_plan {
+    struct req *reqs;
+    int n;
+    _Atomic int next, done; /* ops taken; threads finished */
+    const char *k1, *k2;
+    int k1mod, k2mod;
+    _Atomic(tw_op *) *keep; /* NULL: release each op once submitted; else kept here */
+    int must_wait; /* the submission must return 0 (never completable) */
+    _Atomic int *gate; /* NULL, or start once it is set */
+    uint64_t seed;
+};
 
-static void *submitter(void *arg)
+static uint64_t xs(uint64_t *x)
 {
-    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull | 1;
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void *plan_submitter(void *arg)
+{
+    struct sub_plan *pl = arg;
+    while (pl->gate && !atomic_load(pl->gate))
+        sched_yield();
+    uint64_t x = 0;
+    x = (pl->seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&x) | 1; /* per thread */
     for (;;) {
-        int i = atomic_fetch_add(&sub_next, 1);
-        if (i >= SOPS)
+        int i = atomic_fetch_add(&pl->next, 1);
+        if (i >= pl->n)
             break;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
         tw_op *op;
-        if (tw_op_create(tp, &req_ops, &sreqs[i], (1 + x % 5) * MS, &op))
+        if (tw_op_create(tp, &req_ops, &pl->reqs[i], (1 + xs(&x) % 5) * MS, &op))
             abort();
         char k1[16], k2[16];
-        int l1 = snprintf(k1, sizeof k1, "p%d", (int)(x % 16)), l2 = snprintf(k2, sizeof k2, "t%d", (int)(x % 3));
+        int l1 = snprintf(k1, sizeof k1, "%s%d", pl->k1, (int)(xs(&x) % (uint64_t)pl->k1mod));
+        int l2 = snprintf(k2, sizeof k2, "%s%d", pl->k2, (int)(xs(&x) % (uint64_t)pl->k2mod));
         struct tw_key keys[2] = { { k1, (size_t)l1 }, { k2, (size_t)l2 } };
-        if (tw_purgatory_try_complete_else_watch(tp, op, keys, 2) < 0)
+        if (pl->keep)
+            atomic_store(&pl->keep[i], op); /* others may use it from now */
+        int rc = tw_purgatory_try_complete_else_watch(tp, op, keys, 2);
+        if (rc < 0 || (pl->must_wait && rc != 0))
             abort();
-        tw_op_release(op);
+        if (!pl->keep)
+            tw_op_release(op);
     }
+    atomic_fetch_add(&pl->done, 1);
     return NULL;
 }
 
@@ -1116,38 +1169,41 @@ static void *completer(void *arg)
     return NULL;
 }
 
+/* The submitters are done: waits for every timeout (at most 5 ms) to
+ * settle, then stops the n other threads (*stop) and destroys tp. No
+ * timeout is pending then, but the last expirations may still be running
+ * on the workers (a timeout stops counting as delayed when its callback
+ * starts, as in Kafka): destroy waits for them, and hands back nothing,
+ * since nothing waits. */
+static void settle_and_destroy(_Atomic int *stop, pthread_t *th, int n)
+{
+    for (int spin = 0; spin < 20000 && tw_purgatory_delayed(tp); spin++)
+        usleep(500);
+    atomic_store(stop, 1);
+    for (int k = 0; k < n; k++)
+        pthread_join(th[k], NULL);
+    assert_int_equal(tw_purgatory_delayed(tp), 0);
+    int unfinished = 0;
+    tw_purgatory_destroy(tp, count_unfinished, &unfinished);
+    assert_int_equal(unfinished, 0);
+}
+
 static void test_concurrent_watch_complete_expire(void **state)
 {
     (void)state;
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.purge_interval = 64;
-    o.timer.workers = 2;
-    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+    mk_threaded(64, 2, 0, NULL);
     memset(sreqs, 0, sizeof(sreqs));
-    atomic_store(&sub_next, 0);
+    struct sub_plan plan = { .reqs = sreqs, .n = SOPS, .k1 = "p", .k1mod = 16, .k2 = "t",
+                             .k2mod = 3, .seed = 1 };
     atomic_store(&all_done, 0);
     pthread_t s[3], c[3];
     for (int k = 0; k < 3; k++) {
-        pthread_create(&s[k], NULL, submitter, (void *)(uintptr_t)(k + 1));
+        pthread_create(&s[k], NULL, plan_submitter, &plan);
         pthread_create(&c[k], NULL, completer, (void *)(uintptr_t)(k + 7));
     }
     for (int k = 0; k < 3; k++)
         pthread_join(s[k], NULL);
-    /* every timeout is at most 5 ms: wait for them all to settle */
-    for (int spin = 0; spin < 20000 && tw_purgatory_delayed(tp); spin++)
-        usleep(500);
-    atomic_store(&all_done, 1);
-    for (int k = 0; k < 3; k++)
-        pthread_join(c[k], NULL);
-    assert_int_equal(tw_purgatory_delayed(tp), 0);
-    /* No timeout is pending now, but the last expirations may still be
-     * running on the workers (a timeout stops counting as delayed when its
-     * callback starts, as in Kafka): destroy waits for them, and hands
-     * back nothing, since nothing waits */
-    int unfinished = 0;
-    tw_purgatory_destroy(tp, count_unfinished, &unfinished);
-    assert_int_equal(unfinished, 0);
+    settle_and_destroy(&all_done, c, 3);
     int expired = 0;
     for (int i = 0; i < SOPS; i++) {
         assert_int_equal(atomic_load(&sreqs[i].completed), 1);
@@ -1167,49 +1223,25 @@ static void test_concurrent_watch_complete_expire(void **state)
  * other op expires exactly once; nothing is left for destroy. */
 #define COPS 3000
 static struct req creqs[COPS];
-static _Atomic int cancelled_live[COPS]; /* handed over while not completed */
-static _Atomic int csub_next, csub_done;
+static struct sub_plan cplan;
+static _Atomic int canceller_running;
 
-static void on_cancelled(tw_op *op, void *arg)
+static void count_handed_live(tw_op *op, void *arg)
 {
     (void)arg;
-    struct req *r = tw_op_ctx(op);
     if (!tw_op_is_completed(op))
-        atomic_fetch_add(&cancelled_live[r - creqs], 1);
-}
-
-static void *cancel_submitter(void *arg)
-{
-    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull | 1;
-    for (;;) {
-        int i = atomic_fetch_add(&csub_next, 1);
-        if (i >= COPS)
-            break;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        tw_op *op;
-        if (tw_op_create(tp, &req_ops, &creqs[i], (1 + x % 5) * MS, &op))
-            abort();
-        char k1[16];
-        int l1 = snprintf(k1, sizeof k1, "c%d", (int)(x % 4));
-        struct tw_key keys[2] = { { k1, (size_t)l1 }, { "rest", 4 } };
-        if (tw_purgatory_try_complete_else_watch(tp, op, keys, 2) != 0)
-            abort(); /* never completable; no error, cancelled or not */
-        tw_op_release(op);
-    }
-    atomic_fetch_add(&csub_done, 1);
-    return NULL;
+        atomic_fetch_add(&((struct req *)tw_op_ctx(op))->handed_live, 1);
 }
 
 static void *key_canceller(void *arg)
 {
     (void)arg;
     unsigned k = 0;
-    while (atomic_load(&csub_done) < 2) {
+    atomic_store(&canceller_running, 1); /* the submitters start now */
+    while (atomic_load(&cplan.done) < 2) {
         char key[16];
         int l = snprintf(key, sizeof key, "c%u", k++ % 4);
-        tw_purgatory_cancel_key(tp, key, (size_t)l, on_cancelled, NULL);
+        tw_purgatory_cancel_key(tp, key, (size_t)l, count_handed_live, NULL);
     }
     return NULL;
 }
@@ -1218,27 +1250,21 @@ static void test_cancel_races_submission(void **state)
 {
     (void)state;
     struct atomic_clock c;
-    atomic_store(&c.now, 1000 * SEC);
-    atomic_store(&c.reads, 0);
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.timer.clock = atomic_clock_read;
-    o.timer.clock_ctx = &c;
-    o.timer.workers = 1;
-    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+    mk_threaded(1000, 1, 0, &c);
     memset(creqs, 0, sizeof creqs);
-    for (int i = 0; i < COPS; i++)
-        atomic_store(&cancelled_live[i], 0);
-    atomic_store(&csub_next, 0);
-    atomic_store(&csub_done, 0);
+    /* keys c0 .. c7, of which the canceller cancels c0 .. c3 */
+    atomic_store(&canceller_running, 0);
+    cplan = (struct sub_plan){ .reqs = creqs, .n = COPS, .k1 = "c", .k1mod = 8, .k2 = "rest",
+                               .k2mod = 1, .must_wait = 1, .gate = &canceller_running,
+                               .seed = 2 };
     pthread_t s[2], k;
     pthread_create(&k, NULL, key_canceller, NULL);
     for (int j = 0; j < 2; j++)
-        pthread_create(&s[j], NULL, cancel_submitter, (void *)(uintptr_t)(j + 1));
+        pthread_create(&s[j], NULL, plan_submitter, &cplan);
     for (int j = 0; j < 2; j++)
         pthread_join(s[j], NULL);
     pthread_join(k, NULL);
-    assert_int_equal(atomic_load(&csub_next) >= COPS, 1);
+    assert_int_equal(atomic_load(&cplan.next) >= COPS, 1);
     /* time jumps past every timeout: what is still delayed fires */
     uint64_t delayed = tw_purgatory_delayed(tp);
     atomic_store(&c.now, 1000 * SEC + 10 * MS);
@@ -1251,7 +1277,7 @@ static void test_cancel_races_submission(void **state)
     assert_int_equal(unfinished, 0);
     int handed = 0, expired = 0;
     for (int i = 0; i < COPS; i++) {
-        int h = atomic_load(&cancelled_live[i]) > 0, e = atomic_load(&creqs[i].expired);
+        int h = atomic_load(&creqs[i].handed_live) > 0, e = atomic_load(&creqs[i].expired);
         assert_int_equal(h + e, 1); /* one or the other, once */
         assert_int_equal(atomic_load(&creqs[i].completed), e);
         handed += h;
@@ -1317,14 +1343,7 @@ static void test_cancel_after_driver_took(void **state)
     (void)state;
     for (int stop = 0; stop <= 1; stop++) {
         struct atomic_clock c;
-        atomic_store(&c.now, 1000 * SEC);
-        atomic_store(&c.reads, 0);
-        struct tw_purgatory_options o;
-        tw_purgatory_options_init(&o);
-        o.timer.clock = atomic_clock_read;
-        o.timer.clock_ctx = &c;
-        o.timer.shards = 1; /* one shard: one batch */
-        assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+        mk_threaded(1000, 0, 1, &c); /* one shard: one batch */
         memset(pairs, 0, sizeof pairs);
         pairs[0].other_key = "kb";
         pairs[1].other_key = "ka";
@@ -1377,47 +1396,8 @@ static void test_cancel_after_driver_took(void **state)
  * cancel_key before anything completed it, and then never expired. */
 #define XOPS 3000
 static struct req xreqs[XOPS];
-static tw_op *xops[XOPS];
-static _Atomic int xhanded_live[XOPS];
-static _Atomic int xsub_next, xsub_done, xstop;
-
-static void x_handed(tw_op *op, void *arg)
-{
-    (void)arg;
-    struct req *r = tw_op_ctx(op);
-    if (!tw_op_is_completed(op))
-        atomic_fetch_add(&xhanded_live[r - xreqs], 1);
-}
-
-static uint64_t xs(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
-static void *x_submitter(void *arg)
-{
-    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull | 1;
-    for (;;) {
-        int i = atomic_fetch_add(&xsub_next, 1);
-        if (i >= XOPS)
-            break;
-        tw_op *op;
-        if (tw_op_create(tp, &req_ops, &xreqs[i], (1 + xs(&x) % 5) * MS, &op))
-            abort();
-        char k1[16], k2[16];
-        int l1 = snprintf(k1, sizeof k1, "p%d", (int)(xs(&x) % 8));
-        int l2 = snprintf(k2, sizeof k2, "t%d", (int)(xs(&x) % 3));
-        struct tw_key keys[2] = { { k1, (size_t)l1 }, { k2, (size_t)l2 } };
-        atomic_store(&xops[i], op); /* the force thread may take it now */
-        if (tw_purgatory_try_complete_else_watch(tp, op, keys, 2) < 0)
-            abort();
-    }
-    atomic_fetch_add(&xsub_done, 1);
-    return NULL;
-}
+static _Atomic(tw_op *) xops[XOPS];
+static _Atomic int xstop;
 
 static void *x_actor(void *arg)
 {
@@ -1435,7 +1415,7 @@ static void *x_actor(void *arg)
             break;
         case 1: /* cancels: rarely, so most ops meet their fate otherwise */
             l = snprintf(k, sizeof k, "%c%d", xs(&x) % 2 ? 'p' : 't', (int)(xs(&x) % 8));
-            tw_purgatory_cancel_key(tp, k, (size_t)l, x_handed, NULL);
+            tw_purgatory_cancel_key(tp, k, (size_t)l, count_handed_live, NULL);
             usleep(200);
             break;
         case 2: { /* force_complete, now and then */
@@ -1456,40 +1436,26 @@ static void *x_actor(void *arg)
 static void test_everything_concurrently(void **state)
 {
     (void)state;
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.purge_interval = 32;
-    o.timer.workers = 2;
-    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+    mk_threaded(32, 2, 0, NULL);
     memset(xreqs, 0, sizeof xreqs);
-    for (int i = 0; i < XOPS; i++) {
+    for (int i = 0; i < XOPS; i++)
         atomic_store(&xops[i], NULL);
-        atomic_store(&xhanded_live[i], 0);
-    }
-    atomic_store(&xsub_next, 0);
-    atomic_store(&xsub_done, 0);
+    struct sub_plan plan = { .reqs = xreqs, .n = XOPS, .k1 = "p", .k1mod = 8, .k2 = "t",
+                             .k2mod = 3, .keep = xops, .seed = 3 };
     atomic_store(&xstop, 0);
     pthread_t sub[2], act[4];
     for (int j = 0; j < 4; j++)
         pthread_create(&act[j], NULL, x_actor, (void *)(uintptr_t)j);
     for (int j = 0; j < 2; j++)
-        pthread_create(&sub[j], NULL, x_submitter, (void *)(uintptr_t)(j + 1));
+        pthread_create(&sub[j], NULL, plan_submitter, &plan);
     for (int j = 0; j < 2; j++)
         pthread_join(sub[j], NULL);
-    for (int spin = 0; spin < 20000 && tw_purgatory_delayed(tp); spin++)
-        usleep(500); /* every timeout is at most 5 ms */
-    atomic_store(&xstop, 1);
-    for (int j = 0; j < 4; j++)
-        pthread_join(act[j], NULL);
-    assert_int_equal(tw_purgatory_delayed(tp), 0);
-    int unfinished = 0;
-    tw_purgatory_destroy(tp, count_unfinished, &unfinished);
-    assert_int_equal(unfinished, 0);
+    settle_and_destroy(&xstop, act, 4);
     int expired = 0, handed = 0, forced_or_event = 0, xoutcome[8] = { 0 };
     for (int i = 0; i < XOPS; i++) {
         struct req *r = &xreqs[i];
         int c = atomic_load(&r->completed), e = atomic_load(&r->expired);
-        int h = atomic_load(&xhanded_live[i]);
+        int h = atomic_load(&xreqs[i].handed_live);
         xoutcome[c * 4 + e * 2 + (h > 0)]++;
         assert_true(c <= 1);
         assert_true(e <= c); /* expired only once completed */
@@ -1501,7 +1467,7 @@ static void test_everything_concurrently(void **state)
         expired += e;
         handed += h > 0;
         forced_or_event += c && !e;
-        tw_op_release(xops[i]);
+        tw_op_release(atomic_load(&xops[i]));
     }
     print_message("%d ops: %d completed by an event or force, %d expired, %d handed over live"
                   " (%d of them then completed through their other key or force)\n",

@@ -715,6 +715,36 @@ static void test_stop_hands_back_taken_periodic(void **state)
     }
 }
 
+/* A held pass with more tasks behind the holder than the workers' queue
+ * holds (one worker): returns once the driver has taken more than the
+ * queue and the holder, and so waits for room (with `until_stop` the
+ * holder returns once tw_stop has begun, else once gate.release is set).
+ * Sets *w to the pass's thread. */
+enum { FULLQ_N = 20000 };
+static struct job_rec fullq_rec[FULLQ_N];
+
+static tw_timer *fill_worker_queue(struct atomic_clock *c, int until_stop, pthread_t *w)
+{
+    tw_timer *t = mk_fake(c, 1);
+    uint64_t base = atomic_load(&c->now);
+    memset(fullq_rec, 0, sizeof fullq_rec);
+    fullq_rec[0].hold = 1;
+    gate_reset(until_stop);
+    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &fullq_rec[0], NULL), 0);
+    for (int k = 1; k < FULLQ_N; k++)
+        assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &fullq_rec[k], NULL), 0);
+    atomic_store(&c->now, base + 2 * MS);
+    *w = start_held_pass(t);
+    struct tw_stats s;
+    for (int ms = 0; ms < 10000; ms++) {
+        tw_stats(t, &s);
+        if (s.fired > 16384 + 1)
+            break;
+        usleep(1000);
+    }
+    return t;
+}
+
 /* More taken tasks than the workers' queue holds (16,384): the driver
  * waits for room with a batch in hand while the one worker is held. Once
  * tw_stop has begun, no job starts: the worker takes nothing more from
@@ -723,29 +753,14 @@ static void test_stop_hands_back_taken_periodic(void **state)
 static void test_stop_with_full_queue(void **state)
 {
     (void)state;
-    enum { N = 20000 };
+    enum { N = FULLQ_N };
+    struct job_rec *rec = fullq_rec;
     struct atomic_clock c;
-    tw_timer *t = mk_fake(&c, 1);
-    uint64_t base = atomic_load(&c.now);
-    static struct job_rec rec[N];
-    memset(rec, 0, sizeof rec);
-    rec[0].hold = 1;
-    gate_reset(1);
-    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &rec[0], NULL), 0);
-    for (int k = 1; k < N; k++)
-        assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &rec[k], NULL), 0);
-    atomic_store(&c.now, base + 2 * MS);
-    pthread_t w = start_held_pass(t);
-    /* let the driver fill the queue and wait for room (it has taken more
-     * than the queue and the holder), so that tw_stop finds it waiting;
-     * the checks below hold either way */
+    pthread_t w;
+    /* the driver waits for room, so that tw_stop finds it waiting; the
+     * checks below hold either way */
+    tw_timer *t = fill_worker_queue(&c, 1, &w);
     struct tw_stats s;
-    for (int ms = 0; ms < 10000; ms++) {
-        tw_stats(t, &s);
-        if (s.fired > 16384 + 1)
-            break;
-        usleep(1000);
-    }
     usleep(20000);
     assert_int_equal(tw_stop(t, rec_handed, NULL), N - 1);
     pthread_join(w, NULL);
@@ -770,26 +785,12 @@ static void test_stop_with_full_queue(void **state)
 static void test_full_queue_runs_all(void **state)
 {
     (void)state;
-    enum { N = 20000 };
+    enum { N = FULLQ_N };
+    struct job_rec *rec = fullq_rec;
     struct atomic_clock c;
-    tw_timer *t = mk_fake(&c, 1);
-    uint64_t base = atomic_load(&c.now);
-    static struct job_rec rec[N];
-    memset(rec, 0, sizeof rec);
-    rec[0].hold = 1;
-    gate_reset(0);
-    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &rec[0], NULL), 0);
-    for (int k = 1; k < N; k++)
-        assert_int_equal(tw_schedule_at(t, base + 2 * MS, held_fn, &rec[k], NULL), 0);
-    atomic_store(&c.now, base + 2 * MS);
-    pthread_t w = start_held_pass(t);
+    pthread_t w;
+    tw_timer *t = fill_worker_queue(&c, 0, &w);
     struct tw_stats s;
-    for (int ms = 0; ms < 10000; ms++) {
-        tw_stats(t, &s);
-        if (s.fired > 16384 + 1)
-            break;
-        usleep(1000);
-    }
     tw_stats(t, &s);
     assert_true(s.fired > 16384 + 1); /* the queue is full: the driver waits */
     assert_true(s.fired < N);
