@@ -359,10 +359,10 @@ TW_API unsigned tw_version(void);
  * worker; the driver keeps advancing). At most 16,384 fired tasks wait
  * for a worker; when the workers fall that far behind, the driver waits
  * for room (nothing is dropped, and the tasks due meanwhile fire late).
- * No internal lock is held while a
- * callback runs. Cancel racing with the firing of the same task has one
- * winner: either tw_cancel returns 0 and the callback never runs, or the
- * callback runs (or is running) and tw_cancel returns -ENOENT.
+ * No internal lock is held while a callback runs. Cancel racing with the
+ * firing of the same task has one winner: either tw_cancel returns 0 and
+ * the callback never runs, or the callback runs (or is running) and
+ * tw_cancel returns -ENOENT.
  *
  * Scaling: the timer is split into `shards` engines, each behind its own
  * lock (a futex lock that spins briefly first; uncontended, taking and

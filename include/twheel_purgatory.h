@@ -133,23 +133,21 @@ TW_API bool tw_op_force_complete(tw_op *op);
 
 /* Submits op (once: an op is submitted at most once). Tries to complete
  * it; if it cannot, watches it under every key, tries once more (closing
- * the race with an event between the two), and if it is still not
- * complete schedules its timeout. nkeys may be 0 (keys may then be NULL):
- * the op then waits for its timeout or a tw_op_force_complete only.
- * Returns 1 if op completed in this call; 0 if it is now watched and
- * delayed, or if another thread completed it (before the call too: then
- * nothing is tried, watched or scheduled) - as Kafka's
- * tryCompleteElseWatch, 1 only when this call completed it, and
- * tw_op_is_completed tells; -EINVAL (NULL p or op, keys NULL with nkeys
- * > 0, a key with NULL data or length 0, an op already submitted or of
- * another purgatory); -ENOMEM (op is then neither watched nor delayed,
- * and may be submitted again); -ESHUTDOWN (timer stopped). An op that
- * another thread completes while its timeout is being scheduled, or
- * hands over with tw_purgatory_cancel_key while this call runs, returns 0
- * even if a watch or the schedule then fails (and a handed-over op gets
- * no timeout): its on_complete has run, or the caller has it from
- * cancel_key, and an error would have the caller answer the request a
- * second time. */
+ * the race with an event between the two), and if it is still not complete
+ * schedules its timeout. nkeys may be 0 (keys may then be NULL): the op
+ * then waits for its timeout or a tw_op_force_complete only. Returns 1
+ * only if this call completed op (as Kafka's tryCompleteElseWatch); 0 if
+ * it is now watched and delayed, or if another thread completed it
+ * (tw_op_is_completed tells; completed before the call, nothing is tried,
+ * watched or scheduled); -EINVAL (NULL p or op, keys NULL with nkeys > 0,
+ * a key with NULL data or length 0, an op already submitted or of another
+ * purgatory); -ENOMEM (op is then neither watched nor delayed, and may be
+ * submitted again); -ESHUTDOWN (timer stopped). An op that another thread
+ * completes while its timeout is being scheduled, or hands over with
+ * tw_purgatory_cancel_key while this call runs, returns 0 even if a watch
+ * or the schedule then fails (and a handed-over op gets no timeout): its
+ * on_complete has run, or the caller has it from cancel_key, and an error
+ * would have the caller answer the request a second time. */
 TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
                                                 const struct tw_key *keys, size_t nkeys);
 
