@@ -269,6 +269,17 @@ TW_API int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
  * checked before the key is read). */
 TW_API int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen);
 
+/* Sets the 16-byte key (copied) under which the timer hashes task keys
+ * (SipHash-1-3). tw_create draws a random one for each timer, so that keys
+ * a client chooses cannot be made to pile up in one probe run or on one
+ * shard; set one only to make runs repeat exactly (tests, replaying a
+ * fuzzer's input: which shard a key lands on, and so which allocations a
+ * run makes, follows from it) or to draw it from your own random source.
+ * Returns 0, -EINVAL (t or key NULL), or -EBUSY while a keyed task is
+ * pending (its key was placed under the old hash; nothing changes). Not
+ * thread-safe: call it before other threads use the timer. */
+TW_API int tw_set_hash_key(tw_timer *t, const unsigned char key[16]);
+
 /* Manual mode: moves the timer's time to now_ns (a time earlier than tw_now
  * is taken as tw_now: a clock going backwards fires nothing early and loses
  * nothing) and runs the callbacks of every task due by then, in deadline

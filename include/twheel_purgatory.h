@@ -174,6 +174,16 @@ TW_API int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, siz
 TW_API size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
                                       void (*each)(tw_op *op, void *arg), void *arg);
 
+/* Sets the 16-byte key (copied) under which the purgatory hashes watch
+ * keys, as tw_set_hash_key does for a timer: tw_purgatory_create draws a
+ * random one, so that keys a client chooses (a group id) cannot be made to
+ * share one shard's lock and chain. Set one only for runs that repeat
+ * exactly, or from your own random source. Returns 0, -EINVAL (p or key
+ * NULL), or -EBUSY while any key is watched (nothing changes). Not
+ * thread-safe: call it before other threads use the purgatory. The
+ * purgatory's timer (tw_purgatory_timer) keeps its own key. */
+TW_API int tw_purgatory_set_hash_key(tw_purgatory *p, const unsigned char key[16]);
+
 /* Entries in watch lists (a completed op counts until it is purged); 0
  * for NULL. */
 TW_API uint64_t tw_purgatory_watched(tw_purgatory *p);

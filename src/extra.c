@@ -17,20 +17,6 @@ void tw__extra_marker(tw_timer *t, tw_id id, void *arg)
     abort();
 }
 
-uint64_t tw__key_hash(const void *key, size_t len)
-{
-    /* FNV-1a, then a 64-bit finaliser so that linear probing sees
-     * well-mixed low bits. */
-    const unsigned char *p = key;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t k = 0; k < len; k++)
-        h = (h ^ p[k]) * 0x100000001b3ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
-}
-
 struct tw__extra *tw__extra_get(struct tw__engine *e)
 {
     struct tw__extra *x = e->extra_free;

@@ -58,8 +58,6 @@ static inline int tw__is_extra(const struct tw__entry *en)
     return (en->gen & 3u) == TW__GEN_EXTRA; /* and en->fn is the marker */
 }
 
-uint64_t tw__key_hash(const void *key, size_t len);
-
 /* A zeroed record: from the pool, else allocated. NULL on -ENOMEM. */
 struct tw__extra *tw__extra_get(struct tw__engine *e);
 /* Frees the record's key (if allocated) and returns it to the pool. */

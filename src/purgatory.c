@@ -79,6 +79,7 @@ int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_options *o
     p->threaded = o.timer.threaded;
     p->nshards = o.shards;
     p->purge_interval = o.purge_interval;
+    tw__hash_key_init(&p->hkey);
     if ((rc = tw__watchers_init(p))) {
         tw__p_free(p, p);
         return rc;

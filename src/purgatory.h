@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "twheel_purgatory.h"
 
 struct tw_op {
@@ -59,6 +60,7 @@ struct tw_purgatory {
     struct tw_allocator a;
     int threaded;
     uint32_t nshards;
+    struct tw__hash_key hkey; /* the watch keys' hash (hash.h) */
     struct tw__wshard *shards;
     void *shards_raw;
     size_t shards_bytes;

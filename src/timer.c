@@ -196,6 +196,7 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
     t->nshards = nshards;
     t->shard_bits = shard_bits;
     atomic_init(&t->total_pending, 0);
+    tw__hash_key_init(&t->hkey);
 
     /* the shards are cache-line aligned: over-allocate and align */
     t->shards_bytes = (size_t)t->nshards * sizeof(struct tw__shard) + 63;
@@ -534,7 +535,7 @@ int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
 {
     if (!t || !fn || !key || !keylen || keylen > UINT32_MAX)
         return -EINVAL;
-    uint64_t h = tw__key_hash(key, keylen);
+    uint64_t h = tw__key_hash(&t->hkey, key, keylen);
     uint32_t si = key_shard(t, h);
     struct tw__shard *sh = &t->shards[si];
     struct tw__engine *e = &sh->eng;
@@ -667,12 +668,28 @@ int tw_cancel(tw_timer *t, tw_id id)
     return cancel_task(t, e, (uint32_t)id, (uint32_t)(id >> 32), 0);
 }
 
+int tw_set_hash_key(tw_timer *t, const unsigned char key[16])
+{
+    if (!t || !key)
+        return -EINVAL;
+    int rc = 0;
+    for (uint32_t si = 0; si < t->nshards && !rc; si++) {
+        struct tw__shard *sh = &t->shards[si];
+        tw__shard_lock(t, sh);
+        rc = sh->eng.keys.n ? -EBUSY : 0;
+        tw__shard_unlock(t, sh);
+    }
+    if (!rc)
+        tw__hash_key_from_bytes(&t->hkey, key);
+    return rc;
+}
+
 int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen)
 {
     /* as tw_schedule_keyed: a key no task can hold is refused unread */
     if (!t || !key || !keylen || keylen > UINT32_MAX)
         return -EINVAL;
-    uint64_t h = tw__key_hash(key, keylen);
+    uint64_t h = tw__key_hash(&t->hkey, key, keylen);
     uint32_t si = key_shard(t, h);
     struct tw__shard *sh = &t->shards[si];
     tw__shard_lock(t, sh);

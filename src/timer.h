@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "extra.h"
+#include "hash.h"
 #include "lock.h"
 #include "mem.h"
 #include "twheel.h"
@@ -31,6 +32,7 @@ struct tw_timer {
     uint64_t max_pending;
     _Atomic uint64_t total_pending; /* kept only when threaded with
                                        max_pending */
+    struct tw__hash_key hkey; /* keyed tasks' hash (hash.h) */
     uint32_t nshards, shard_bits;
     int threaded;
     /* shard 0's engine when the manual fast paths of tw_schedule and

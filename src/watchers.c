@@ -31,7 +31,7 @@ static struct tw__watcher **slot_of(struct tw__wshard *s, uint64_t h, const void
 static struct tw__watcher *lock_key(tw_purgatory *p, const void *key, size_t len,
                                     struct tw__wshard **sp, uint64_t *hp)
 {
-    uint64_t h = tw__key_hash(key, len);
+    uint64_t h = tw__key_hash(&p->hkey, key, len);
     struct tw__wshard *s = shard_of(p, h);
     pthread_mutex_lock(&s->lock);
     struct tw__watcher **slot = slot_of(s, h, key, len);
@@ -76,6 +76,21 @@ void tw__free_watcher(tw_purgatory *p, struct tw__watcher *w)
 {
     tw__p_free(p, w->ops);
     tw__p_free(p, w);
+}
+
+int tw_purgatory_set_hash_key(tw_purgatory *p, const unsigned char key[16])
+{
+    if (!p || !key)
+        return -EINVAL;
+    int rc = 0;
+    for (uint32_t k = 0; k < p->nshards && !rc; k++) {
+        pthread_mutex_lock(&p->shards[k].lock);
+        rc = p->shards[k].n ? -EBUSY : 0; /* keys placed under the old hash */
+        pthread_mutex_unlock(&p->shards[k].lock);
+    }
+    if (!rc)
+        tw__hash_key_from_bytes(&p->hkey, key);
+    return rc;
 }
 
 void tw__watchers_destroy(tw_purgatory *p)

@@ -21,7 +21,7 @@
 #include "twheel_purgatory.h"
 
 #include "timer.h" /* struct tw_timer: the shards and their pools */
-#include "extra.h" /* tw__key_hash */
+#include "extra.h" /* the key map */
 #include "purgatory.h" /* the watch lists */
 
 #define LAST_FREE_GEN 0xFFFFFFFCu /* next plain task: ...FD, then wrap */
@@ -394,7 +394,7 @@ static void test_keymap_wrapped_run(void **state)
     for (unsigned k = 0; k < 100000 && (a < 1 || de < 2); k++) {
         char buf[8];
         snprintf(buf, sizeof buf, "k%u", k);
-        uint32_t home = (uint32_t)tw__key_hash(buf, strlen(buf)) & (cap - 1);
+        uint32_t home = (uint32_t)tw__key_hash(&t->hkey, buf, strlen(buf)) & (cap - 1);
         if (home == cap - 1 && a < 1)
             memcpy(keys[a++], buf, sizeof buf);
         else if (home == 0 && de < 2)

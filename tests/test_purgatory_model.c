@@ -163,6 +163,8 @@ static int run_seed(uint64_t seed, int steps, int threaded)
     o.purge_interval = (uint64_t)1 << 40; /* purges only when asked */
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    static const unsigned char hkey[16] = "purgatory model";
+    assert_int_equal(tw_purgatory_set_hash_key(p, hkey), 0); /* seeds replay exactly */
     memset(recs, 0, sizeof recs);
     memset(m, 0, sizeof m);
     memset(nlist, 0, sizeof nlist);
