@@ -7,7 +7,13 @@
  * each op's callbacks, tries and state, every return code and the two
  * counts must be the model's; at the end, destroy must hand back exactly
  * the ops still waiting on a timeout, and nothing may leak. Half the
- * seeds run on a threaded timer driven by tw_wake. */
+ * seeds run on a threaded timer driven by tw_wake.
+ *
+ * Built with -DTW_PURGATORY_FUZZ, the same run is a libFuzzer target
+ * (fuzz_purgatory) and, through fuzz_replay.c, a replay of generated
+ * inputs and of its corpus on every compiler: each choice is then a byte
+ * of the input, and the run ends with the input. A disagreement with the
+ * model aborts (CMOCKA_TEST_ABORT). */
 #include "helpers.h"
 
 #include <stdbool.h>
@@ -38,12 +44,14 @@ enum { O_SUBMIT_FIRST, O_SUBMIT_SECOND, O_SUBMIT_WAIT, O_SUBMIT_DONE_BEFORE, O_S
        O_SUBMIT_NOMEM, O_CHECK_DONE, O_CHECK_NOMEM, O_FORCE, O_CANCELLED, O_PURGED, O_EXPIRED,
        O_RELEASED_LISTED, O_HANDED, NOUTCOMES };
 static long outcome[NOUTCOMES];
+#ifndef TW_PURGATORY_FUZZ /* printed by the cmocka test only */
 static const char *outcome_name[NOUTCOMES] = {
     "completed by the first try", "completed by the second try", "watched and delayed",
     "submitted already completed", "submitted twice (refused)", "submit out of memory",
     "completed by an event", "event out of memory", "force-completed", "handed over by cancel_key",
     "purged", "expired", "released while listed", "handed back by destroy",
 };
+#endif
 
 static struct rec recs[MAXOPS];
 static struct mop m[MAXOPS];
@@ -89,9 +97,24 @@ static void on_unfinished(tw_op *op, void *arg)
     ((struct rec *)tw_op_ctx(op))->handed_destroy++;
 }
 
-static uint64_t rng(uint64_t *s)
+/* Where the run's choices come from: a seeded PRNG or, for the fuzzer,
+ * the input's bytes, one per choice (out: the input is used up). */
+struct src {
+    uint64_t s;
+    const uint8_t *d;
+    size_t n, at;
+    int out;
+};
+
+static uint64_t rng(struct src *c)
 {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    if (c->d) {
+        if (c->at < c->n)
+            return c->d[c->at++];
+        c->out = 1;
+        return 0;
+    }
+    uint64_t z = (c->s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -135,31 +158,30 @@ static void check_all(tw_purgatory *p)
     assert_int_equal(tw_pending(tw_purgatory_timer(p)), delayed);
 }
 
-/* One seed: returns the number of steps run. Threaded, the purgatory's
- * timer runs on an atomic clock the model sets, and its driver fires on
- * tw_wake (callbacks on the driver: they have run when tw_wake returns),
- * so the run stays deterministic; the driver, waking by itself meanwhile,
- * finds nothing due on the clock that stands still. */
-static int run_seed(uint64_t seed, int steps, int threaded)
+/* One run of up to `steps` steps: returns the number run. Threaded, the
+ * purgatory's timer runs on an atomic clock the model sets, and its
+ * driver fires on tw_wake (callbacks on the driver: they have run when
+ * tw_wake returns), so the run stays deterministic; the driver, waking by
+ * itself meanwhile, finds nothing due on the clock that stands still. */
+static int run(struct src *src, int steps, int threaded)
 {
-    uint64_t s = seed;
     struct count_alloc a = { 0 };
     struct fake_clock c;
     struct atomic_clock ac;
     struct tw_purgatory_options o;
     tw_purgatory_options_init(&o);
-    o.timer = manual_opts(&c, 0, MS, (rng(&s) & 1) ? 64 : 4);
+    o.timer = manual_opts(&c, 0, MS, (rng(src) & 1) ? 64 : 4);
     if (threaded) {
         atomic_store(&ac.now, 0);
         atomic_store(&ac.reads, 0);
         o.timer.clock = atomic_clock_read;
         o.timer.clock_ctx = &ac;
         o.timer.threaded = 1;
-        o.timer.shards = 1u << (rng(&s) % 3); /* 1, 2 or 4 */
+        o.timer.shards = 1u << (rng(src) % 3); /* 1, 2 or 4 */
     }
     o.timer.allocator = counting(&a);
     static const uint32_t shards[] = { 1, 4, 512 };
-    o.shards = shards[rng(&s) % 3];
+    o.shards = shards[rng(src) % 3];
     o.purge_interval = (uint64_t)1 << 40; /* purges only when asked */
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
@@ -170,31 +192,31 @@ static int run_seed(uint64_t seed, int steps, int threaded)
     memset(nlist, 0, sizeof nlist);
     nops = 0;
     int step, burst = 0; /* steps left of a burst on the hot key */
-    for (step = 0; step < steps; step++) {
-        int i = nops ? (int)(rng(&s) % (uint64_t)nops) : 0;
-        int k = rng(&s) & 1 ? 0 : (int)(rng(&s) % NKEYS); /* "a" is hot: its list grows long */
+    for (step = 0; step < steps && !src->out; step++) {
+        int i = nops ? (int)(rng(src) % (uint64_t)nops) : 0;
+        int k = rng(src) & 1 ? 0 : (int)(rng(src) % NKEYS); /* "a" is hot: its list grows long */
         const char *key = keyname[k];
         /* step kinds, weighted: 0 create, 1-2 submit, 3 event, 4 force,
          * 5 cancel_key, 6 purge, 7-8 advance, 9 release */
         static const int kind[20] = { 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4, 5, 6, 7, 7, 8, 8, 9, 9, 9 };
-        int what = kind[rng(&s) % 20];
-        if ((what == 1 || what == 2) && m[i].submitted && nops && rng(&s) % 4)
+        int what = kind[rng(src) % 20];
+        if ((what == 1 || what == 2) && m[i].submitted && nops && rng(src) % 4)
             i = nops - 1; /* mostly submit the newest op, not one already in */
-        if (what == 5 && k == 0 && rng(&s) % 4)
+        if (what == 5 && k == 0 && rng(src) % 4)
             what = 6; /* the hot key is rarely cancelled, so its list grows */
         if (burst) /* create, then submit it under the hot key alone */
             what = burst-- & 1 ? 0 : 1;
-        else if (what == 0 && nops + 80 <= MAXOPS && rng(&s) % 40 == 0)
+        else if (what == 0 && nops + 80 <= MAXOPS && rng(src) % 40 == 0)
             burst = 2 * 80; /* a burst of requests for one partition */
         switch (what) {
         case 0: /* create */
             if (nops == MAXOPS)
                 break;
             i = nops++;
-            recs[i].need = burst || rng(&s) % 2 ? 0 : 1 + (int)(rng(&s) % 6);
+            recs[i].need = burst || rng(src) % 2 ? 0 : 1 + (int)(rng(src) % 6);
             /* short timeouts expire within a few advances; long ones let
              * the lists grow past a check's 64-entry snapshot buffer */
-            m[i].timeout = (burst || rng(&s) & 1 ? 100 + rng(&s) % 2000 : 1 + rng(&s) % 50) * MS;
+            m[i].timeout = (burst || rng(src) & 1 ? 100 + rng(src) % 2000 : 1 + rng(src) % 50) * MS;
             assert_int_equal(tw_op_create(p, &ops, &recs[i], m[i].timeout, &m[i].op), 0);
             break;
         case 1:
@@ -203,14 +225,14 @@ static int run_seed(uint64_t seed, int steps, int threaded)
                 i = nops - 1;
             if (!m[i].op)
                 break;
-            int nk = burst ? 1 : (int)(rng(&s) % 4), ks[3];
+            int nk = burst ? 1 : (int)(rng(src) % 4), ks[3];
             struct tw_key tk[3];
             for (int j = 0; j < nk; j++) {
-                ks[j] = burst || rng(&s) & 1 ? 0 : (int)(rng(&s) % NKEYS);
+                ks[j] = burst || rng(src) & 1 ? 0 : (int)(rng(src) % NKEYS);
                 tk[j] = (struct tw_key){ keyname[ks[j]], strlen(keyname[ks[j]]) };
             }
-            if (rng(&s) % 6 == 0)
-                a.fail_at = 1 + (long)(rng(&s) % 4);
+            if (rng(src) % 6 == 0)
+                a.fail_at = 1 + (long)(rng(src) % 4);
             int rc = tw_purgatory_try_complete_else_watch(p, m[i].op, nk ? tk : NULL,
                                                           (size_t)nk);
             a.fail_at = 0;
@@ -254,8 +276,8 @@ static int run_seed(uint64_t seed, int steps, int threaded)
         }
         case 3: { /* an event on a key */
             if (nops)
-                recs[i].flag = rng(&s) % 6 == 0; /* and an op's readiness changes */
-            int inject = rng(&s) % 8 == 0;
+                recs[i].flag = rng(src) % 6 == 0; /* and an op's readiness changes */
+            int inject = rng(src) % 8 == 0;
             if (inject)
                 a.fail_at = 1;
             int rc = tw_purgatory_check_and_complete(p, key, strlen(key));
@@ -314,7 +336,7 @@ static int run_seed(uint64_t seed, int steps, int threaded)
         case 7:
         case 8: { /* time passes: timeouts expire */
             tw_timer *t = tw_purgatory_timer(p);
-            uint64_t now = tw_now(t) + (rng(&s) % 20) * MS;
+            uint64_t now = tw_now(t) + (rng(src) % 20) * MS;
             int want = 0;
             for (int j = 0; j < nops; j++) {
                 if (m[j].delayed && m[j].due <= now) {
@@ -341,7 +363,7 @@ static int run_seed(uint64_t seed, int steps, int threaded)
             break;
         }
         case 9: /* the test lets go of an op, listed or pending or not */
-            if (m[i].op && rng(&s) % 3 == 0) {
+            if (m[i].op && rng(src) % 3 == 0) {
                 for (int kk = 0; kk < NKEYS; kk++)
                     for (int e = 0; e < nlist[kk]; e++)
                         outcome[O_RELEASED_LISTED] += lists[kk][e] == i;
@@ -363,6 +385,27 @@ static int run_seed(uint64_t seed, int steps, int threaded)
     }
     assert_int_equal(a.live, 0);
     return step;
+}
+
+#ifdef TW_PURGATORY_FUZZ
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!size)
+        return 0;
+    setenv("CMOCKA_TEST_ABORT", "1", 1); /* outside a test: abort, not exit */
+    struct src src = { 0, data + 1, size - 1, 0, 0 };
+    /* the first byte: one input in eight runs threaded (a driver thread
+     * each: slower) */
+    run(&src, 4096, data[0] % 8 == 0);
+    return 0;
+}
+#else
+static int run_seed(uint64_t seed, int steps, int threaded)
+{
+    struct src src = { seed, NULL, 0, 0, 0 };
+    return run(&src, steps, threaded);
 }
 
 static void test_purgatory_model(void **state)
@@ -387,3 +430,4 @@ int main(void)
     };
     return cmocka_run_group_tests_name("purgatory_model", tests, NULL, NULL);
 }
+#endif
