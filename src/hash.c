@@ -1,6 +1,5 @@
 /* hash.c: SipHash (Aumasson and Bernstein, 2012) and the per-instance
  * hash key. Why keys are hashed this way: hash.h. */
-#include <errno.h>
 #include <stdatomic.h>
 #include <sys/random.h>
 #include <time.h>
