@@ -147,6 +147,13 @@ const struct backend_ops be_twheel_threaded_at = {
 
 /* ---- binary heap ------------------------------------------------------ */
 
+/* The heaps and the hashed wheel take a node from their free list, or else
+ * the next one never used (as twheel's pool takes its slots): a free list
+ * threaded through every node at open would page all of them in before
+ * the measurement, where twheel's first touch of each page falls inside
+ * it (W2's adds: ~10 us a page fault on some VMs). */
+#define NODE_NIL 0xFFFFFFFFu
+
 struct hent {
     uint64_t deadline;
     uint32_t node;
@@ -163,7 +170,7 @@ struct hnode {
 struct heap {
     struct hent *h;
     struct hnode *nodes;
-    uint32_t n, free_head, seq;
+    uint32_t n, free_head, seq, fresh; /* fresh: nodes never used */
     uint64_t now, wakeups, cap;
 };
 
@@ -235,8 +242,7 @@ static int heap_open(struct backend *b, size_t cap, uint64_t now)
         free(q);
         return -ENOMEM;
     }
-    for (uint32_t k = 0; k < cap; k++)
-        q->nodes[k].next_free = k + 1;
+    q->free_head = NODE_NIL; /* nodes are taken lazily, in heap_add */
     q->now = now;
     b->impl = q;
     return 0;
@@ -254,7 +260,10 @@ static void heap_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out
 {
     struct heap *q = b->impl;
     uint32_t k = q->free_head;
-    q->free_head = q->nodes[k].next_free;
+    if (k != NODE_NIL)
+        q->free_head = q->nodes[k].next_free;
+    else
+        k = q->fresh++;
     q->nodes[k].cb = bench_fired;
     q->nodes[k].arg = arg;
     uint64_t d = q->now + delay;
@@ -331,7 +340,7 @@ struct pnode {
 struct pheap {
     struct pnode **h;
     struct pnode *nodes;
-    uint32_t n, free_head;
+    uint32_t n, free_head, fresh; /* fresh: nodes never used */
     uint64_t seq, now, wakeups, cap;
 };
 
@@ -401,8 +410,7 @@ static int pheap_open(struct backend *b, size_t cap, uint64_t now)
         free(q);
         return -ENOMEM;
     }
-    for (uint32_t k = 0; k < cap; k++)
-        q->nodes[k].next_free = k + 1;
+    q->free_head = NODE_NIL; /* nodes are taken lazily, as in heap_add */
     q->now = now;
     b->impl = q;
     return 0;
@@ -420,8 +428,11 @@ static void pheap_add(struct backend *b, uint64_t delay, void *arg, uint64_t *ou
 {
     struct pheap *q = b->impl;
     uint32_t k = q->free_head;
+    if (k != NODE_NIL)
+        q->free_head = q->nodes[k].next_free;
+    else
+        k = q->fresh++;
     struct pnode *nd = &q->nodes[k];
-    q->free_head = nd->next_free;
     uint64_t d = q->now + delay;
     nd->deadline = d < delay ? UINT64_MAX : d;
     nd->seq = q->seq++;
@@ -503,7 +514,7 @@ struct hwnode {
 struct hwheel {
     struct hwnode *nodes;
     uint32_t heads[HW_SLOTS];
-    uint32_t free_head;
+    uint32_t free_head, fresh; /* fresh: nodes never used */
     uint64_t start, tick, ticks_done, wakeups, cap;
 };
 
@@ -517,8 +528,7 @@ static int hw_open(struct backend *b, size_t cap, uint64_t now)
         free(w);
         return -ENOMEM;
     }
-    for (uint32_t k = 0; k < cap; k++)
-        w->nodes[k].next = k + 1;
+    w->free_head = HW_NIL; /* nodes are taken lazily, as in heap_add */
     for (uint32_t s = 0; s < HW_SLOTS; s++)
         w->heads[s] = HW_NIL;
     w->start = now;
@@ -539,8 +549,11 @@ static void hw_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct hwheel *w = b->impl;
     uint32_t k = w->free_head;
+    if (k != HW_NIL)
+        w->free_head = w->nodes[k].next;
+    else
+        k = w->fresh++;
     struct hwnode *n = &w->nodes[k];
-    w->free_head = n->next;
     /* Netty: calculated = deadline / tick; rounds = (calculated - tick) /
      * wheel; the slot is max(calculated, tick) & mask. */
     uint64_t rel = w->ticks_done * w->tick + delay;
@@ -639,7 +652,7 @@ struct lev {
     struct event *evs;
     void **args;
     uint32_t *free;
-    uint32_t nfree;
+    uint32_t nfree, fresh; /* fresh: events never used */
 };
 
 static struct lev *lev_current;
@@ -679,10 +692,7 @@ static int lev_open(struct backend *b, size_t cap, uint64_t now)
         lev_close_impl(l);
         return -ENOMEM;
     }
-    for (uint32_t k = 0; k < cap; k++)
-        l->free[k] = (uint32_t)(cap - 1 - k);
-    l->nfree = (uint32_t)cap;
-    lev_current = l;
+    lev_current = l; /* events are taken lazily, as in heap_add */
     b->impl = l;
     return 0;
 }
@@ -695,7 +705,7 @@ static void lev_close(struct backend *b)
 static void lev_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct lev *l = b->impl;
-    uint32_t k = l->free[--l->nfree];
+    uint32_t k = l->nfree ? l->free[--l->nfree] : l->fresh++;
     l->args[k] = arg;
     evtimer_assign(&l->evs[k], l->base, lev_cb, (void *)(uintptr_t)k);
     struct timeval tv = { (time_t)(delay / 1000000000u),
@@ -749,7 +759,7 @@ struct luv {
     uv_loop_t loop;
     uv_timer_t *timers;
     uint32_t *free;
-    uint32_t nfree;
+    uint32_t nfree, fresh; /* fresh: handles never used (nor initialised) */
     size_t cap;
 };
 
@@ -780,12 +790,7 @@ static int luv_open(struct backend *b, size_t cap, uint64_t now)
         free(l);
         return -ENOMEM;
     }
-    for (uint32_t k = 0; k < cap; k++) {
-        uv_timer_init(&l->loop, &l->timers[k]);
-        l->free[k] = (uint32_t)(cap - 1 - k);
-    }
-    l->nfree = (uint32_t)cap;
-    l->cap = cap;
+    l->cap = cap; /* handles are initialised on first use, as in heap_add */
     b->impl = l;
     return 0;
 }
@@ -793,7 +798,7 @@ static int luv_open(struct backend *b, size_t cap, uint64_t now)
 static void luv_close(struct backend *b)
 {
     struct luv *l = b->impl;
-    for (size_t k = 0; k < l->cap; k++)
+    for (size_t k = 0; k < l->fresh; k++)
         uv_close((uv_handle_t *)&l->timers[k], NULL);
     uv_run(&l->loop, UV_RUN_DEFAULT);
     uv_loop_close(&l->loop);
@@ -805,7 +810,11 @@ static void luv_close(struct backend *b)
 static void luv_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     struct luv *l = b->impl;
-    uint32_t k = l->free[--l->nfree];
+    uint32_t k;
+    if (l->nfree)
+        k = l->free[--l->nfree];
+    else
+        uv_timer_init(&l->loop, &l->timers[k = l->fresh++]);
     l->timers[k].data = arg;
     uv_timer_start(&l->timers[k], luv_cb, (delay + 999999) / 1000000, 0);
     *out = k;

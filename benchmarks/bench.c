@@ -9,13 +9,15 @@
  *       all fired. CPU s per million fired (adds included), lateness;
  *       threaded twheel twice, through tw_schedule (it reads the clock)
  *       and through tw_schedule_at ("twheel-at": given the deadline the
- *       benchmark read). Then the same on a simulated clock (1 ms steps,
- *       no sleeping): the back end's own work, its longest advance, and
- *       what one sleep costs.
+ *       benchmark read). Each run in a child process of its own, cold (a
+ *       back end just opened: its adds page its memory in) and then warm
+ *       ("W2warm": on an instance that has run W2 once already). Then the
+ *       same on a simulated clock (1 ms steps, no sleeping): the back
+ *       end's own work, its longest advance, and what one sleep costs.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU and wake-ups.
  *   W4  memory: resident bytes per pending timer at N = 10^6 (measured in
- *       a forked child), and the back end's own accounting.
+ *       a child process), and the back end's own accounting.
  *   W5  producers: 1, 2 and 8 threads scheduling and cancelling through
  *       twheel's threaded API, on the default shards and then on one
  *       shard (every thread on one lock). Aggregate ops/s.
@@ -536,6 +538,22 @@ static void run_floor(void)
 
 /* ---- W2: expire-all --------------------------------------------------- */
 
+/* This program, for the workloads that run each back end in a process of
+ * its own (W2, W4). */
+static char self_exe[512];
+
+/* A back end by name (twheel-at too), or NULL if it is unknown or not
+ * built. */
+static const struct backend_ops *find_backend(const char *name)
+{
+    if (!strcmp(name, be_twheel_threaded_at.name))
+        return &be_twheel_threaded_at;
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (!strcmp(all_backends[b]->name, name))
+            return all_backends[b]->open ? all_backends[b] : NULL;
+    return NULL;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -576,7 +594,26 @@ static void drive_until(struct backend *b, size_t want, uint64_t limit_ns)
     }
 }
 
-static int w2_once(const struct backend_ops *ops, size_t n, struct w2_out *o)
+/* W2's adds. Each back end counts a delay from its own time: a clock read
+ * at the add (libevent, threaded twheel) or its current time, base (manual
+ * twheel, the heaps, the hashed wheel, libuv's cached loop time). The
+ * deadline recorded follows the same rule. */
+static void w2_adds(struct backend *b, const uint64_t *delays, size_t n, uint64_t base)
+{
+    const struct backend_ops *ops = b->ops;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t deadline = (ops->clock_per_add ? bench_now_ns() : base) + delays[k];
+        ops->add(b, delays[k], (void *)(uintptr_t)deadline, &handle_sink);
+    }
+}
+
+/* One W2 run. Cold: on a back end just opened, whose memory no add has
+ * touched yet, so the adds page it in (every back end takes its nodes
+ * lazily: backends.c). Warm: the same workload run once first, untimed,
+ * on the same instance, as in a server that has been up a while: its
+ * memory resident, its free list in the order the first run's timers
+ * fired. */
+static int w2_once(const struct backend_ops *ops, size_t n, int warm, struct w2_out *o)
 {
     struct backend b;
     g_late = malloc(n * sizeof(int64_t));
@@ -593,15 +630,27 @@ static int w2_once(const struct backend_ops *ops, size_t n, struct w2_out *o)
         return -1;
     g_want = ops->realtime_only ? n : SIZE_MAX;
     sem_init(&g_done, 0, 0);
-    /* Each back end counts a delay from its own time: a clock read at the
-     * add (libevent, threaded twheel) or its current time, here the time
-     * it was opened (manual twheel, the heaps, the hashed wheel, libuv's
-     * cached loop time). The deadline recorded follows the same rule. */
-    double c0 = process_cpu(), a0 = bench_thread_cpu();
-    for (size_t k = 0; k < n; k++) {
-        uint64_t deadline = (ops->clock_per_add ? bench_now_ns() : base) + delays[k];
-        ops->add(&b, delays[k], (void *)(uintptr_t)deadline, &handle_sink);
+    if (warm) {
+        w2_adds(&b, delays, n, base);
+        drive_until(&b, n, 30 * SEC);
+        if (g_fired != n) { /* what is left of it would fire into the timed run */
+            ops->close(&b);
+            g_want = SIZE_MAX;
+            sem_destroy(&g_done);
+            free(g_late);
+            free(delays);
+            g_late = NULL;
+            return -1;
+        }
+        /* the back end's time moves to a new base (a loop's one iteration
+         * reads its clock after base: its deadlines are never earlier than
+         * the ones recorded) */
+        base = bench_now_ns();
+        ops->advance(&b, base);
+        g_fired = 0;
     }
+    double c0 = process_cpu(), a0 = bench_thread_cpu();
+    w2_adds(&b, delays, n, base);
     o->add_ns = (process_cpu() - c0) * 1e9 / (double)n;
     o->adder_ns = (bench_thread_cpu() - a0) * 1e9 / (double)n;
     drive_until(&b, n, 30 * SEC);
@@ -630,22 +679,63 @@ static int at_selected(void)
             selected(cfg.backends, be_twheel_threaded_at.name));
 }
 
-/* One W2 row: runs ops, prints its line, writes its CSV and plot rows. */
-static double w2_row(const struct backend_ops *ops, size_t n, FILE *plot)
+/* The child side of W2: one run, its figures on one line. */
+static int w2_child(const char *name, size_t n, int warm)
 {
-    progress("W2 %s...\r", ops->name);
+    const struct backend_ops *ops = find_backend(name);
+    if (!ops)
+        return 1;
     struct w2_out o = { 0 };
-    int ok = w2_once(ops, n, &o) == 0;
+    int ok = w2_once(ops, n, warm, &o) == 0;
+    printf("%d %.9g %.9g %.9g %lld %lld %lld %lld\n", ok, o.cpu_per_million, o.add_ns,
+           o.adder_ns, (long long)o.p50, (long long)o.p99, (long long)o.max, (long long)o.min);
+    return 0;
+}
+
+/* One W2 run in a fresh process (exec, not just fork), as W4's: memory
+ * that earlier workloads freed stays with this process, paged in, and a
+ * back end on malloc would get it back while twheel maps its pool anew,
+ * so the adds of one would page memory in and the other's not. Returns 1
+ * when the run fired every timer. */
+static int w2_in_child(const struct backend_ops *ops, size_t n, int warm, struct w2_out *o)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --w2-child %s %zu %d", self_exe, ops->name, n, warm);
+    fflush(stdout);
+    FILE *pf = popen(cmd, "r");
+    int ok = 0;
+    long long p50, p99, max, min;
+    if (pf && fscanf(pf, "%d %lf %lf %lf %lld %lld %lld %lld", &ok, &o->cpu_per_million,
+                     &o->add_ns, &o->adder_ns, &p50, &p99, &max, &min) == 8) {
+        o->p50 = p50;
+        o->p99 = p99;
+        o->max = max;
+        o->min = min;
+    } else {
+        ok = 0;
+    }
+    if (pf)
+        pclose(pf);
+    return ok;
+}
+
+/* One W2 row: runs ops, prints its line, writes its CSV and plot rows. */
+static double w2_row(const struct backend_ops *ops, size_t n, int warm, FILE *plot)
+{
+    const char *w = warm ? "W2warm" : "W2";
+    progress("%s %s...\r", w, ops->name);
+    struct w2_out o = { 0 };
+    int ok = w2_in_child(ops, n, warm, &o);
     progress("%60s\r", "");
     printf("    %-11s %14.3f %8.1f %8.1f %10.3f %10.3f %10.3f %10.3f%s\n", ops->name,
            o.cpu_per_million, o.add_ns, o.adder_ns, (double)o.p50 / 1e6, (double)o.p99 / 1e6, (double)o.max / 1e6, (double)o.min / 1e6,
            ok ? (o.min < 0 ? "  fired EARLY" : "") : "  DID NOT FINISH");
-    csv_row("W2", ops->name, n, "late_p50_ns", (double)o.p50, 0);
-    csv_row("W2", ops->name, n, "late_p99_ns", (double)o.p99, 0);
-    csv_row("W2", ops->name, n, "late_max_ns", (double)o.max, 0);
-    csv_row("W2", ops->name, n, "late_min_ns", (double)o.min, 0);
-    csv_row("W2", ops->name, n, "add_ns", o.add_ns, 0);
-    csv_row("W2", ops->name, n, "adder_thread_ns", o.adder_ns, 0);
+    csv_row(w, ops->name, n, "late_p50_ns", (double)o.p50, 0);
+    csv_row(w, ops->name, n, "late_p99_ns", (double)o.p99, 0);
+    csv_row(w, ops->name, n, "late_max_ns", (double)o.max, 0);
+    csv_row(w, ops->name, n, "late_min_ns", (double)o.min, 0);
+    csv_row(w, ops->name, n, "add_ns", o.add_ns, 0);
+    csv_row(w, ops->name, n, "adder_thread_ns", o.adder_ns, 0);
     if (plot)
         fprintf(plot, "%s %.4f %.4f %.4f\n", ops->name, (double)o.p50 / 1e6,
                 (double)o.p99 / 1e6, (double)o.max / 1e6);
@@ -655,37 +745,44 @@ static double w2_row(const struct backend_ops *ops, size_t n, FILE *plot)
 static void run_w2(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
-    printf("\nW2 expire-all: %zu timers, delays 0 .. 2 s, real time until all fired\n", n);
-    printf("  add ns: process CPU per add (a back end's own thread, firing meanwhile, "
-           "included); adder: the adding thread's alone\n");
-    printf("    %-11s %14s %8s %8s %10s %10s %10s %10s\n", "", "CPU s/million", "add ns",
-           "adder", "late p50", "p99", "max", "min (ms)");
-    struct result r[NBACKENDS + 1];
-    int nr = 0;
     char path[512];
     snprintf(path, sizeof path, "%s-w2.dat", cfg.out);
-    FILE *plot = fopen(path, "w");
+    FILE *plot = fopen(path, "w"); /* the cold run's lateness */
     if (plot)
         fprintf(plot, "backend p50_ms p99_ms max_ms\n");
-    for (size_t b = 0; b < NBACKENDS; b++) {
-        const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || ops->no_advance)
-            continue;
-        if (selected(cfg.backends, ops->name)) {
-            r[nr].be = ops->name;
-            r[nr++].v = w2_row(ops, n, plot);
+    for (int warm = 0; warm <= 1; warm++) {
+        if (!warm)
+            printf("\nW2 expire-all: %zu timers, delays 0 .. 2 s, real time until all fired,\n"
+                   "  on a back end just opened (its adds page its memory in)\n", n);
+        else
+            printf("\nW2 warm: the same, on a back end that has run W2 once already (untimed)\n");
+        printf("  add ns: process CPU per add (a back end's own thread, firing meanwhile, "
+               "included); adder: the adding thread's alone\n");
+        printf("    %-11s %14s %8s %8s %10s %10s %10s %10s\n", "", "CPU s/million", "add ns",
+               "adder", "late p50", "p99", "max", "min (ms)");
+        struct result r[NBACKENDS + 1];
+        int nr = 0;
+        for (size_t b = 0; b < NBACKENDS; b++) {
+            const struct backend_ops *ops = all_backends[b];
+            if (!available(ops) || ops->no_advance)
+                continue;
+            if (selected(cfg.backends, ops->name)) {
+                r[nr].be = ops->name;
+                r[nr++].v = w2_row(ops, n, warm, warm ? NULL : plot);
+            }
+            /* what the threaded tw_schedule's own clock read costs: the
+             * same adds through tw_schedule_at, given the deadline the
+             * benchmark has just read (with twheel-thr, or on its own
+             * name) */
+            if (ops == &be_twheel_threaded && at_selected()) {
+                r[nr].be = be_twheel_threaded_at.name;
+                r[nr++].v = w2_row(&be_twheel_threaded_at, n, warm, warm ? NULL : plot);
+            }
         }
-        /* what the threaded tw_schedule's own clock read costs: the same
-         * adds through tw_schedule_at, given the deadline the benchmark
-         * has just read (with twheel-thr, or on its own name) */
-        if (ops == &be_twheel_threaded && at_selected()) {
-            r[nr].be = be_twheel_threaded_at.name;
-            r[nr++].v = w2_row(&be_twheel_threaded_at, n, plot);
-        }
+        print_ratios(warm ? "W2warm" : "W2", "cpu_s_per_million", n, r, nr, "CPU s/M", 1);
     }
     if (plot)
         fclose(plot);
-    print_ratios("W2", "cpu_s_per_million", n, r, nr, "CPU s/M", 1);
 }
 
 /* W2 on a simulated clock: the same timers, advanced 1 ms at a time with
@@ -820,16 +917,11 @@ static void run_w3(void)
 
 /* ---- W4: memory ------------------------------------------------------- */
 
-static char self_exe[512];
-
 /* The child side of W4: print RSS growth and own accounting per timer. */
 static int w4_child(const char *name, size_t n)
 {
-    const struct backend_ops *ops = NULL;
-    for (size_t b = 0; b < NBACKENDS; b++)
-        if (!strcmp(all_backends[b]->name, name))
-            ops = all_backends[b];
-    if (!ops || !ops->open)
+    const struct backend_ops *ops = find_backend(name);
+    if (!ops)
         return 1;
     uint64_t *delays = malloc(n * sizeof(uint64_t));
     if (!delays)
@@ -1079,6 +1171,8 @@ int main(int argc, char **argv)
     self_exe[len > 0 ? len : 0] = 0;
     if (argc == 4 && !strcmp(argv[1], "--w4-child"))
         return w4_child(argv[2], (size_t)atol(argv[3]));
+    if (argc == 5 && !strcmp(argv[1], "--w2-child"))
+        return w2_child(argv[2], (size_t)atol(argv[3]), atoi(argv[4]));
     for (int k = 1; k < argc; k++) {
         if (!strcmp(argv[k], "--quick"))
             cfg.quick = 1;
