@@ -4,6 +4,7 @@
  * order and back-pointers, each bucket's list, each task's placement (the
  * never-early rule in particular), the free list, the counts, the keys. */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "timer.h"
 
@@ -22,6 +23,24 @@ struct ctx {
             fputc('\n', (c)->out);                                       \
         }                                                                \
     } while (0)
+
+/* One slot on the free list: in range, and free. Returns -1 when the walk
+ * must stop (a slot out of range, or more slots than the pool holds). */
+static int free_slot(struct ctx *c, const struct tw__pool *p, uint32_t i,
+                     uint64_t *count, uint64_t limit, uint64_t *seen)
+{
+    if (i >= tw__pool_slots(p) || ++*count > limit) {
+        FAIL(c, "free list broken at %u", i);
+        return -1;
+    }
+    if (*tw__pool_gen(p, i) & 3u)
+        FAIL(c, "slot %u is on the free list but in use", i);
+    if (seen && (seen[i / 64] & (1ull << (i % 64))))
+        FAIL(c, "slot %u is on the free list twice", i);
+    if (seen)
+        seen[i / 64] |= 1ull << (i % 64);
+    return 0;
+}
 
 /* Walks a list; returns the number of entries, checking links and calling
  * on_entry for each. Stops (and reports) after `limit` steps. */
@@ -210,15 +229,32 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     if (tw__engine_pending(e) != listed + running_live)
         FAIL(c, "pending %llu, but %llu tasks live", (unsigned long long)tw__engine_pending(e),
              (unsigned long long)(listed + running_live));
-    for (uint32_t i = e->pool.free_head; i != TW__NIL;
-         i = tw__pool_entry(&e->pool, i)->link.next) {
-        if (i >= tw__pool_slots(&e->pool) || ++freecount > limit) {
-            FAIL(c, "free list broken at %u", i);
+    /* the free list (pool.h): the spare, then each block's head and the
+     * slots it holds. A slot listed twice (a double free) is caught by the
+     * count below, and, when another is lost with it, by a bitmap of the
+     * slots seen: plain malloc, not the timer's allocator, whose tests
+     * count its calls; without memory for it that one test is skipped. */
+    const struct tw__pool *pl = &e->pool;
+    uint64_t *freeseen = calloc(((size_t)tw__pool_slots(pl) + 63) / 64 + 1, sizeof(uint64_t));
+    if (pl->spare != TW__NIL)
+        free_slot(c, pl, pl->spare, &freecount, limit, freeseen);
+    for (uint32_t h = pl->free_head; h != TW__NIL;) {
+        if (free_slot(c, pl, h, &freecount, limit, freeseen))
+            break;
+        const struct tw__free_block *b = tw__pool_block(pl, h);
+        /* only the head block may be less than full (pool.h) */
+        if (b->n > TW__FREE_SLOTS || (h != pl->free_head && b->n != TW__FREE_SLOTS)) {
+            FAIL(c, "free list broken at block %u: it holds %u slots", h, b->n);
             break;
         }
-        if (*tw__pool_gen(&e->pool, i) & 3u)
-            FAIL(c, "slot %u is on the free list but in use", i);
+        uint32_t k = 0;
+        while (k < b->n && !free_slot(c, pl, b->slot[k], &freecount, limit, freeseen))
+            k++;
+        if (k < b->n)
+            break;
+        h = b->next;
     }
+    free(freeseen);
     if (allocated + freecount + e->pool.retired != tw__pool_slots(&e->pool))
         FAIL(c, "slots: %llu used + %llu free + %llu retired != %u",
              (unsigned long long)allocated, (unsigned long long)freecount,

@@ -363,9 +363,8 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
 
     struct tw__pool *p = &e->pool;
     struct tw__entry *P = p->entries;
-    uint32_t i = p->free_head;
+    uint32_t i = tw__pool_pop(p);
     if (__builtin_expect(i != TW__NIL, 1)) {
-        p->free_head = P[i].link.next;
     } else if (p->used < p->cap) {
         i = p->used++;
         P[i].gen = 0;
@@ -633,8 +632,7 @@ cancel_task(tw_timer *t, struct tw__engine *e, uint32_t i, uint32_t gen, int thr
     if (threaded)
         tw__pending_release(t);
     if (__builtin_expect((en->gen = gen + 3u) != 0, 1)) { /* next multiple of 4 */
-        en->link.next = p->free_head;
-        p->free_head = i;
+        tw__pool_push(p, i);
     } else {
         p->retired++; /* generation wrapped: never reuse the slot */
     }

@@ -158,7 +158,7 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
 {
     memset(e, 0, sizeof(*e));
     e->mem = m;
-    e->pool.free_head = TW__NIL;
+    e->pool.free_head = e->pool.spare = TW__NIL;
     e->pool.max_slots = max_slots;
     tw__div_init(&e->tick, tick_ns);
     e->wsize = wheel_size;

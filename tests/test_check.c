@@ -16,6 +16,7 @@ struct fixture {
     tw_timer *t;
     struct tw__engine *e;
     tw_id near, mid, far, keyed, every, freed;
+    tw_id fr[10]; /* freed after `freed`: two blocks of the free list */
 };
 
 static struct tw__entry *entry_of(struct fixture *f, tw_id id)
@@ -47,7 +48,13 @@ static int setup(void **state)
     assert_int_equal(tw_schedule_every(f.t, 20 * MS, 20 * MS, TW_FIXED_RATE, noop_fn, NULL,
                                        &f.every), 0);
     assert_int_equal(tw_schedule(f.t, 7 * MS, noop_fn, NULL, &f.freed), 0);
-    assert_int_equal(tw_cancel(f.t, f.freed), 0); /* a slot on the free list */
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(tw_schedule(f.t, (8 + (uint64_t)k) * MS, noop_fn, NULL, &f.fr[k]), 0);
+    assert_int_equal(tw_cancel(f.t, f.freed), 0); /* the free list's spare */
+    /* then blocks (pool.h): fr[7] heads one holding fr[8] and fr[9];
+     * below it, fr[0] heads a full one, fr[1] .. fr[6] */
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(tw_cancel(f.t, f.fr[k]), 0);
     assert_true(f.e->dq.n >= 3);
     assert_check(f.t);
     *state = &f;
@@ -194,8 +201,12 @@ static void test_generation_state(void **state)
 static void test_free_slot_in_use(void **state)
 {
     struct fixture *f = *state;
-    /* a plain task, on no list */
+    /* a plain task, on no list: the spare, a block's head, a slot a
+     * block holds */
     BREAK(GEN(f->freed), (GEN(f->freed) & ~3u) | 1u, "on the free list but in use");
+    BREAK(GEN(f->fr[0]), (GEN(f->fr[0]) & ~3u) | 1u, "on the free list but in use");
+    BREAK(GEN(f->fr[7]), (GEN(f->fr[7]) & ~3u) | 1u, "on the free list but in use");
+    BREAK(GEN(f->fr[4]), (GEN(f->fr[4]) & ~3u) | 1u, "on the free list but in use");
 }
 
 static void test_listed_but_free(void **state)
@@ -434,8 +445,19 @@ static void test_task_lost_from_lists(void **state)
 static void test_slot_lost_from_free_list(void **state)
 {
     struct fixture *f = *state;
-    assert_int_equal(f->e->pool.free_head, SLOT(f->freed));
-    BREAK(f->e->pool.free_head, entry_of(f, f->freed)->link.next, "retired !=");
+    struct tw__pool *p = &f->e->pool;
+    assert_int_equal(p->spare, SLOT(f->freed));
+    assert_int_equal(p->free_head, SLOT(f->fr[7]));
+    struct tw__free_block *top = tw__pool_block(p, SLOT(f->fr[7]));
+    assert_int_equal(top->n, 2);
+    assert_int_equal(top->slot[1], SLOT(f->fr[9]));
+    assert_int_equal(top->next, SLOT(f->fr[0]));
+    BREAK(p->spare, TW__NIL, "retired !=");
+    BREAK(top->n, 1, "retired !=");                  /* fr[9] lost */
+    BREAK(p->free_head, top->next, "retired !=");    /* the top block lost */
+    /* fr[8] twice and fr[9] lost: the total adds up, the bitmap does not */
+    BREAK(top->slot[1], SLOT(f->fr[8]), "on the free list twice");
+    BREAK(p->spare, SLOT(f->fr[3]), "on the free list twice"); /* `freed` lost */
 }
 
 /* `near` moved to another list of its bucket than its slot names. */
@@ -471,7 +493,17 @@ static void test_generation_disagrees(void **state)
 static void test_free_list_broken(void **state)
 {
     struct fixture *f = *state;
-    BREAK(entry_of(f, f->freed)->link.next, tw__pool_slots(&f->e->pool) + 5, "free list broken");
+    struct tw__pool *p = &f->e->pool;
+    struct tw__free_block *top = tw__pool_block(p, SLOT(f->fr[7]));
+    struct tw__free_block *low = tw__pool_block(p, SLOT(f->fr[0]));
+    uint32_t beyond = tw__pool_slots(p) + 5;
+    BREAK(p->spare, beyond, "free list broken");
+    BREAK(p->free_head, beyond, "free list broken");
+    BREAK(top->slot[0], beyond, "free list broken");
+    BREAK(low->next, beyond, "free list broken");
+    BREAK(low->n, TW__FREE_SLOTS + 1, "free list broken");
+    BREAK(low->n, TW__FREE_SLOTS - 1, "free list broken"); /* not the head, not full */
+    BREAK(low->next, SLOT(f->fr[7]), "free list broken"); /* a cycle */
 }
 
 static void test_key_names_dead_task(void **state)

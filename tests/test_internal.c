@@ -35,15 +35,15 @@ static tw_timer *mk(struct fake_clock *c)
 }
 
 /* The slot that `id` named, now free, gets the last generation before the
- * wrap. It is at the head of its shard's free list (freed last), so the
- * next schedule on that shard takes it. */
+ * wrap. It is its shard's spare (freed last, into an empty free list), so
+ * the next schedule on that shard takes it. */
 static uint32_t age_slot(tw_timer *t, tw_id id)
 {
     uint32_t si = tw__id_shard(t, id), slot = tw__id_slot(t, id);
     struct tw__shard *sh = &t->shards[si];
     tw__shard_lock(t, sh);
     struct tw__pool *p = &sh->eng.pool;
-    assert_int_equal(p->free_head, slot);
+    assert_int_equal(p->spare, slot);
     assert_int_equal(p->entries[slot].gen & 3u, 0); /* free */
     p->entries[slot].gen = LAST_FREE_GEN;
     tw__shard_unlock(t, sh);
@@ -352,6 +352,65 @@ static void test_slot_limit(void **state)
  * live task's generation: each call that takes an id answers -ENOENT and
  * reads no entry past them. The pool is full to its last slot, so under
  * ASan a read one entry past it is caught. */
+/* The free list (pool.h: a spare, then blocks kept inside free entries):
+ * for every count of slots freed, across block boundaries, the schedules
+ * that follow take exactly the slots freed (the pool does not grow): the
+ * spare first, then the blocks' slots, the last freed first; tw_check
+ * walks every state in between. Freed by
+ * cancel and by firing alike. */
+static void test_free_list_blocks(void **state)
+{
+    (void)state;
+    enum { N = 3 * (TW__FREE_SLOTS + 1) + 2 };
+    for (int by_firing = 0; by_firing < 2; by_firing++) {
+        for (uint32_t k = 0; k <= N; k++) {
+            struct fake_clock c;
+            struct tw_options o = manual_opts(&c, 0, MS, 64);
+            tw_timer *t;
+            assert_int_equal(tw_create(&t, &o), 0);
+            struct tw__pool *p = &t->shards[0].eng.pool;
+            tw_id ids[N];
+            for (uint32_t j = 0; j < N; j++) /* the first k fire at 1 ms */
+                assert_int_equal(tw_schedule(t, (j < k ? 1 : 10) * MS, noop_fn, NULL, &ids[j]),
+                                 0);
+            uint32_t used = p->used;
+            unsigned char freed[N] = { 0 };
+            if (by_firing) {
+                assert_int_equal(tw_advance(t, MS), (int)k);
+            } else {
+                for (uint32_t j = 0; j < k; j++) {
+                    assert_int_equal(tw_cancel(t, ids[j]), 0);
+                    assert_check(t);
+                }
+            }
+            for (uint32_t j = 0; j < k; j++)
+                freed[tw__id_slot(t, ids[j])] = 1;
+            assert_check(t);
+            for (uint32_t j = 0; j < k; j++) {
+                tw_id id;
+                assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
+                uint32_t slot = tw__id_slot(t, id);
+                /* cancelled first, into an empty free list: the spare;
+                 * then the blocks, last in first out */
+                if (j == 0 && !by_firing)
+                    assert_int_equal(slot, tw__id_slot(t, ids[0]));
+                if (j == 1 && !by_firing)
+                    assert_int_equal(slot, tw__id_slot(t, ids[k - 1]));
+                assert_true(slot < N && freed[slot]); /* a freed slot, once */
+                freed[slot] = 0;
+                assert_check(t);
+            }
+            assert_int_equal(p->used, used);
+            assert_int_equal(p->spare, TW__NIL);
+            assert_int_equal(p->free_head, TW__NIL);
+            tw_id id; /* the free list empty: the next slot is a new one */
+            assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
+            assert_int_equal(tw__id_slot(t, id), used);
+            tw_destroy(t);
+        }
+    }
+}
+
 static void test_ids_past_the_pool(void **state)
 {
     (void)state;
@@ -362,7 +421,7 @@ static void test_ids_past_the_pool(void **state)
     assert_int_equal(tw_create(&t, &o), 0);
     struct tw__pool *p = &t->shards[0].eng.pool;
     tw_id last = 0;
-    while (p->used < p->cap || p->free_head != TW__NIL)
+    while (p->used < p->cap || p->spare != TW__NIL || p->free_head != TW__NIL)
         assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &last), 0);
     uint32_t gen = (uint32_t)(last >> 32), cap = p->cap;
     assert_int_equal(tw__id_slot(t, last), cap - 1); /* the last slot */
@@ -561,6 +620,7 @@ int main(void)
         cmocka_unit_test(test_default_shards_follow_affinity),
         cmocka_unit_test(test_delay_queue_order),
         cmocka_unit_test(test_ids_past_the_pool),
+        cmocka_unit_test(test_free_list_blocks),
         cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_keymap_wrapped_run),
         cmocka_unit_test(test_watch_list_cannot_wrap),
