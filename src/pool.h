@@ -111,7 +111,7 @@ struct tw__pool {
     uint32_t front;     /* sentinels before slot 0 (the block's head) */
     uint32_t used;      /* slots ever handed out: [0, used) are valid */
     uint32_t cap;       /* capacity of the array */
-    uint32_t spare;     /* the slot freed last, unless taken (TW__NIL: none) */
+    uint32_t spare;     /* a free slot outside the blocks (TW__NIL: none) */
     uint32_t free_head; /* the free list's head block (below; TW__NIL: none) */
     uint32_t max_slots; /* cap on slots (shards divide the id space) */
     uint64_t retired;

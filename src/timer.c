@@ -364,12 +364,11 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
     struct tw__pool *p = &e->pool;
     struct tw__entry *P = p->entries;
     uint32_t i = tw__pool_pop(p);
-    if (__builtin_expect(i != TW__NIL, 1)) {
-    } else if (p->used < p->cap) {
+    if (__builtin_expect(i == TW__NIL, 0)) { /* none free: a slot never used */
+        if (p->used == p->cap)
+            return 1;
         i = p->used++;
         P[i].gen = 0;
-    } else {
-        return 1;
     }
     struct tw__entry *en = &P[i];
     uint32_t gen = en->gen += TW__GEN_PLAIN;
