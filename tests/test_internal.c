@@ -348,16 +348,11 @@ static void test_slot_limit(void **state)
     tw_destroy(t);
 }
 
-/* Ids forged to name the slots just past those ever handed out, with a
- * live task's generation: each call that takes an id answers -ENOENT and
- * reads no entry past them. The pool is full to its last slot, so under
- * ASan a read one entry past it is caught. */
 /* The free list (pool.h: a spare, then blocks kept inside free entries):
  * for every count of slots freed, across block boundaries, the schedules
  * that follow take exactly the slots freed (the pool does not grow): the
  * spare first, then the blocks' slots, the last freed first; tw_check
- * walks every state in between. Freed by
- * cancel and by firing alike. */
+ * walks every state in between. Freed by cancel and by firing alike. */
 static void test_free_list_blocks(void **state)
 {
     (void)state;
@@ -411,6 +406,10 @@ static void test_free_list_blocks(void **state)
     }
 }
 
+/* Ids forged to name the slots just past those ever handed out, with a
+ * live task's generation: each call that takes an id answers -ENOENT and
+ * reads no entry past them. The pool is full to its last slot, so under
+ * ASan a read one entry past it is caught. */
 static void test_ids_past_the_pool(void **state)
 {
     (void)state;
