@@ -340,10 +340,13 @@ TW_API void *tw_drain_arg(tw_timer *t);
 TW_API void tw_stats(tw_timer *t, struct tw_stats *s);
 
 /* Checks every internal invariant (heap order and indices, list links,
- * bucket placement of every task, counts, key map). Returns 0 if all hold,
- * else -EFAULT after describing each failure on report (which may be
- * NULL), or -EINVAL when t is NULL. O(pending + buckets); threaded, it
- * takes each shard's lock in turn. For tests and fuzzers. */
+ * bucket placement of every task, counts, free list, key map). Returns 0
+ * if all hold, else -EFAULT after describing each failure on report
+ * (which may be NULL), or -EINVAL when t is NULL. O(pending + buckets +
+ * slots); threaded, it takes each shard's lock in turn. It changes
+ * nothing; it mallocs (not through tw_options.allocator) one bit per slot
+ * while it walks the free list, and without that memory skips the one
+ * rule that needs it (no slot listed twice). For tests and fuzzers. */
 TW_API int tw_check(tw_timer *t, FILE *report);
 
 /* A static description of a twheel error code (negative errno): each code
