@@ -201,8 +201,9 @@ TW__POOL_HOT int tw__pool_reserve(struct tw__pool *p, struct tw__mem *m)
  * slot, the next block): 48 to 57 ns a warm schedule in the same A/B
  * runs, W2 warm 0.302-0.316 -> 0.171-0.198 CPU s per million fired
  * (benchmarks/results/history.md). Only the step to the next block
- * follows a link, once every TW__FREE_SLOTS + 1 pops, and that line has
- * been prefetched a pop before. */
+ * follows a link, once every TW__FREE_SLOTS + 1 pops, and that line was
+ * prefetched two pops before (at the block's last slot; the pop between
+ * takes the block's head, already in the cache). */
 #define TW__FREE_SLOTS 6u
 #define TW__FREE_AHEAD 2u /* pops: 1, 2 and 3 measured, 2 the best */
 
