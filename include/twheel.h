@@ -110,8 +110,14 @@ struct tw_options {
                                      doubles: with the default allocator
                                      a pool of 1 MiB or more is mapped
                                      directly and grows by mremap (its
-                                     pages move, nothing is copied); a
-                                     user's allocator copies it. A manual
+                                     pages move, nothing is copied), and
+                                     is made resident 128 KiB at a time
+                                     ahead of the slots in use
+                                     (Linux 5.14+: madvise
+                                     MADV_POPULATE_WRITE, one call in
+                                     place of 32 page faults); a
+                                     user's allocator copies it and
+                                     its pages fault in as touched. A manual
                                      timer sized here never grows (a
                                      threaded shard may outgrow its
                                      share). A shard holds

@@ -260,6 +260,11 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
              (unsigned long long)allocated, (unsigned long long)freecount,
              (unsigned long long)e->pool.retired, tw__pool_slots(&e->pool));
 
+    /* fresh slots are taken only below fault_at, and that stays in the
+     * pool (pool.h) */
+    if (pl->used > pl->fault_at || pl->fault_at > pl->cap)
+        FAIL(c, "pool: %u used, populated to %u, capacity %u", pl->used, pl->fault_at, pl->cap);
+
     /* keys: every key names a live keyed task, and every such task is in */
     if (e->keys.n != keyed)
         FAIL(c, "key map holds %u keys, %llu keyed tasks listed", e->keys.n,

@@ -1,6 +1,10 @@
 /* pool.c: growing the entry pool (see pool.h for why it doubles). */
 #include <errno.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "pool.h"
 
@@ -33,7 +37,35 @@ static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint
     p->entries = blk + nfront;
     p->front = nfront;
     p->cap = ncap;
+    /* the slots in use are resident wherever they moved; the next fresh
+     * one populates, if the block is ours to advise (pool.h) */
+#ifdef MADV_POPULATE_WRITE
+    p->fault_at = tw__mapped(m, size) ? p->used : ncap;
+#else
+    p->fault_at = ncap;
+#endif
     return 0;
+}
+
+void tw__pool_populate(struct tw__pool *p)
+{
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t psz = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t base = (uintptr_t)p->entries;
+    uintptr_t end = base + (uintptr_t)p->cap * sizeof(struct tw__entry);
+    /* from the page of slot fault_at's first byte (a page partly written
+     * already is left as it is); the block is mapped, so page-aligned */
+    uintptr_t from = (base + (uintptr_t)p->fault_at * sizeof(struct tw__entry)) & ~(psz - 1);
+    uintptr_t to = end - from > TW__POPULATE ? from + TW__POPULATE : end;
+    if (madvise((void *)from, to - from, MADV_POPULATE_WRITE)) {
+        p->fault_at = p->cap; /* fault as needed until the pool grows */
+        return;
+    }
+    /* slots wholly below `to` are resident; one that straddles it is not */
+    p->fault_at = to == end ? p->cap : (uint32_t)((to - base) / sizeof(struct tw__entry));
+#else
+    p->fault_at = p->cap;
+#endif
 }
 
 int tw__pool_grow_to(struct tw__pool *p, struct tw__mem *m, uint64_t want)

@@ -365,7 +365,7 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
     struct tw__entry *P = p->entries;
     uint32_t i = tw__pool_pop(p);
     if (__builtin_expect(i == TW__NIL, 0)) { /* none free: a slot never used */
-        if (p->used == p->cap)
+        if (p->used >= p->fault_at) /* full, or its page not populated */
             return 1;
         i = p->used++;
         P[i].gen = 0;

@@ -506,6 +506,17 @@ static void test_free_list_broken(void **state)
     BREAK(low->next, SLOT(f->fr[7]), "free list broken"); /* a cycle */
 }
 
+/* The bound below which fresh slots are taken (pool.h: populating) out of
+ * order with the slots used and the capacity. */
+static void test_pool_bounds(void **state)
+{
+    struct fixture *f = *state;
+    struct tw__pool *p = &f->e->pool;
+    assert_true(p->used <= p->fault_at && p->fault_at <= p->cap);
+    BREAK(p->fault_at, p->used - 1, "populated to");
+    BREAK(p->fault_at, p->cap + 1, "populated to");
+}
+
 static void test_key_names_dead_task(void **state)
 {
     struct fixture *f = *state;
@@ -564,6 +575,7 @@ int main(void)
         T(test_wrong_list),
         T(test_generation_disagrees),
         T(test_free_list_broken),
+        T(test_pool_bounds),
         T(test_key_names_dead_task),
         T(test_listed_while_running),
     };

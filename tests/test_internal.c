@@ -16,7 +16,9 @@
 
 #include <sched.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "twheel_purgatory.h"
 
@@ -406,6 +408,132 @@ static void test_free_list_blocks(void **state)
     }
 }
 
+/* Populating the pool ahead of use (pool.h). */
+
+/* Whether every page of [from, to) is resident (mincore). */
+static int resident(uintptr_t from, uintptr_t to)
+{
+    uintptr_t psz = (uintptr_t)sysconf(_SC_PAGESIZE);
+    from &= ~(psz - 1);
+    size_t pages = (to - from + psz - 1) / psz;
+    unsigned char *vec = malloc(pages);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)from, to - from, vec), 0);
+    int all = 1;
+    for (size_t k = 0; k < pages; k++)
+        all &= vec[k] & 1;
+    free(vec);
+    return all;
+}
+
+/* Whether this kernel has MADV_POPULATE_WRITE (5.14 and later). */
+static int can_populate(void)
+{
+    size_t len = (size_t)sysconf(_SC_PAGESIZE);
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    int ok = madvise(m, len, MADV_POPULATE_WRITE) == 0;
+    munmap(m, len);
+    return ok;
+}
+
+/* tw__pool_populate on pools built by hand over a 1 MiB mapping of our
+ * own (too small for a transparent huge page): one chunk a call, resident
+ * and no more, fault_at on the first slot that straddles or passes the
+ * chunk's end; the last, short chunk reaches cap; a call that fails (the
+ * mapping read-only) leaves fault_at at cap, so that the fast path takes
+ * fresh slots again and they fault in one by one. */
+static void test_populate_chunks(void **state)
+{
+    (void)state;
+    if (!can_populate())
+        skip();
+    size_t len = (size_t)1 << 20, sz = sizeof(struct tw__entry);
+    struct tw__pool p = { 0 };
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    uintptr_t base = (uintptr_t)m + 2 * sz; /* as if two entries of heads */
+    p.entries = (struct tw__entry *)base;
+    p.cap = (uint32_t)((len - 2 * sz) / sz);
+    uint32_t calls = 0;
+    while (p.fault_at < p.cap) {
+        uint32_t was = p.fault_at;
+        p.used = was; /* the fresh slot that reached fault_at */
+        tw__pool_populate(&p);
+        calls++;
+        assert_true(p.fault_at > was && p.fault_at <= p.cap);
+        uintptr_t to = base + (uintptr_t)p.fault_at * sz; /* slot fault_at's start */
+        assert_true(resident(base + (uintptr_t)was * sz, to));
+        if (p.fault_at < p.cap) {
+            /* the chunk is TW__POPULATE bytes from a page start: the slot
+             * at fault_at straddles or starts at its end, untouched */
+            uintptr_t mask = ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
+            uintptr_t end = (base + (uintptr_t)p.fault_at * sz + sz - 1) & mask;
+            assert_true(end - ((base + (uintptr_t)was * sz) & mask) == TW__POPULATE);
+            assert_false(resident(end, end + 1));
+        }
+    }
+    /* each chunk after the first may start on the last one's last page
+     * (the slot that straddled its end) */
+    size_t psz = (size_t)sysconf(_SC_PAGESIZE);
+    assert_true(calls >= len / TW__POPULATE && calls <= len / (TW__POPULATE - psz) + 1);
+    assert_int_equal(p.fault_at, p.cap);
+    /* read-only: the call fails, and nothing is populated */
+    assert_int_equal(munmap(m, len), 0);
+    m = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    p.entries = (struct tw__entry *)m;
+    p.used = p.fault_at = 0;
+    tw__pool_populate(&p);
+    assert_int_equal(p.fault_at, p.cap);
+    assert_false(resident((uintptr_t)m, (uintptr_t)m + 1));
+    munmap(m, len);
+}
+
+/* Through the timer: 30,000 schedules grow the pool into a block it maps
+ * itself (1 MiB and up, mem.h), and from then on the slots ahead of the
+ * high-water mark are resident before any schedule writes them, a chunk
+ * at a time. Below that size (malloc's block), and with a user's
+ * allocator, nothing is populated: fault_at stays at cap. tw_check holds
+ * the bounds at every step. */
+static void test_pool_populates_ahead(void **state)
+{
+    (void)state;
+    int can = can_populate();
+    for (int user = 0; user < 2; user++) {
+        struct count_alloc a = { 0 };
+        struct fake_clock c;
+        struct tw_options o = manual_opts(&c, 0, MS, 64);
+        if (user)
+            o.allocator = counting(&a);
+        tw_timer *t;
+        assert_int_equal(tw_create(&t, &o), 0);
+        struct tw__pool *p = &t->shards[0].eng.pool;
+        uint32_t chunks = 0;
+        for (uint32_t j = 0; j < 30000; j++) {
+            uint32_t was = p->fault_at;
+            assert_int_equal(tw_schedule(t, SEC + j * MS, noop_fn, NULL, NULL), 0);
+            assert_true(p->used <= p->fault_at && p->fault_at <= p->cap);
+            size_t block = ((size_t)p->front + p->cap) * sizeof(struct tw__entry);
+            if (user || block < TW__MAP_MIN || !can) {
+                assert_int_equal(p->fault_at, p->cap);
+            } else if (p->fault_at != was && p->fault_at < p->cap) {
+                chunks++;
+                uintptr_t e0 = (uintptr_t)p->entries;
+                assert_true(resident(e0 + (uintptr_t)p->used * sizeof(struct tw__entry),
+                                     e0 + (uintptr_t)p->fault_at * sizeof(struct tw__entry)));
+            }
+            if (j % 4096 == 0)
+                assert_check(t);
+        }
+        /* 16,384 -> 30,000 fresh slots in a 32,768-slot mapped block */
+        if (can && !user)
+            assert_true(chunks >= 3);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 /* Ids forged to name the slots just past those ever handed out, with a
  * live task's generation: each call that takes an id answers -ENOENT and
  * reads no entry past them. The pool is full to its last slot, so under
@@ -620,6 +748,8 @@ int main(void)
         cmocka_unit_test(test_delay_queue_order),
         cmocka_unit_test(test_ids_past_the_pool),
         cmocka_unit_test(test_free_list_blocks),
+        cmocka_unit_test(test_populate_chunks),
+        cmocka_unit_test(test_pool_populates_ahead),
         cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_keymap_wrapped_run),
         cmocka_unit_test(test_watch_list_cannot_wrap),
