@@ -53,11 +53,12 @@ void tw__pool_populate(struct tw__pool *p)
     uintptr_t psz = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t base = (uintptr_t)p->entries;
     uintptr_t end = base + (uintptr_t)p->cap * sizeof(struct tw__entry);
-    /* from the page of slot fault_at's first byte (a page partly written
-     * already is left as it is); the block is mapped, so page-aligned */
-    uintptr_t from = (base + (uintptr_t)p->fault_at * sizeof(struct tw__entry)) & ~(psz - 1);
-    uintptr_t to = end - from > TW__POPULATE ? from + TW__POPULATE : end;
-    if (madvise((void *)from, to - from, MADV_POPULATE_WRITE)) {
+    /* from the first page boundary at or after slot fault_at's first byte:
+     * the page before it holds a slot written already, or the last chunk's
+     * end, or else takes one fault */
+    uintptr_t from = (base + (uintptr_t)p->fault_at * sizeof(struct tw__entry) + psz - 1) & ~(psz - 1);
+    uintptr_t to = from < end && end - from > TW__POPULATE ? from + TW__POPULATE : end;
+    if (from < to && madvise((void *)from, to - from, MADV_POPULATE_WRITE)) {
         p->fault_at = p->cap; /* fault as needed until the pool grows */
         return;
     }

@@ -438,23 +438,27 @@ static int can_populate(void)
 }
 
 /* tw__pool_populate on pools built by hand over a 1 MiB mapping of our
- * own (too small for a transparent huge page): one chunk a call, resident
- * and no more, fault_at on the first slot that straddles or passes the
- * chunk's end; the last, short chunk reaches cap; a call that fails (the
- * mapping read-only) leaves fault_at at cap, so that the fast path takes
- * fresh slots again and they fault in one by one. */
+ * own (too small for a transparent huge page): one chunk a call, from the
+ * first page boundary at or after slot fault_at, resident and no more;
+ * fault_at on the slot that straddles or starts at the chunk's end, and
+ * the next call going on from there; the last, short chunk reaches cap;
+ * a call that fails (the mapping read-only) leaves fault_at at cap, so
+ * that the fast path takes fresh slots again and they fault in one by
+ * one. */
 static void test_populate_chunks(void **state)
 {
     (void)state;
     if (!can_populate())
         skip();
     size_t len = (size_t)1 << 20, sz = sizeof(struct tw__entry);
+    uintptr_t psz = (uintptr_t)sysconf(_SC_PAGESIZE), mask = ~(psz - 1);
     struct tw__pool p = { 0 };
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(m != MAP_FAILED);
     uintptr_t base = (uintptr_t)m + 2 * sz; /* as if two entries of heads */
     p.entries = (struct tw__entry *)base;
     p.cap = (uint32_t)((len - 2 * sz) / sz);
+    uintptr_t end = base + (uintptr_t)p.cap * sz, first = (base + psz - 1) & mask;
     uint32_t calls = 0;
     while (p.fault_at < p.cap) {
         uint32_t was = p.fault_at;
@@ -462,22 +466,20 @@ static void test_populate_chunks(void **state)
         tw__pool_populate(&p);
         calls++;
         assert_true(p.fault_at > was && p.fault_at <= p.cap);
-        uintptr_t to = base + (uintptr_t)p.fault_at * sz; /* slot fault_at's start */
-        assert_true(resident(base + (uintptr_t)was * sz, to));
-        if (p.fault_at < p.cap) {
-            /* the chunk is TW__POPULATE bytes from a page start: the slot
-             * at fault_at straddles or starts at its end, untouched */
-            uintptr_t mask = ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
-            uintptr_t end = (base + (uintptr_t)p.fault_at * sz + sz - 1) & mask;
-            assert_true(end - ((base + (uintptr_t)was * sz) & mask) == TW__POPULATE);
-            assert_false(resident(end, end + 1));
+        uintptr_t from = (base + (uintptr_t)was * sz + psz - 1) & mask;
+        if (p.fault_at == p.cap) {
+            assert_true(resident(from, end));
+            break;
         }
+        /* the slot at fault_at straddles or starts at the chunk's end */
+        uintptr_t to = (base + (uintptr_t)p.fault_at * sz + psz - 1) & mask;
+        assert_true(to - from == TW__POPULATE);
+        assert_true(resident(from, to));
+        assert_false(resident(to, to + 1));
     }
-    /* each chunk after the first may start on the last one's last page
-     * (the slot that straddled its end) */
-    size_t psz = (size_t)sysconf(_SC_PAGESIZE);
-    assert_true(calls >= len / TW__POPULATE && calls <= len / (TW__POPULATE - psz) + 1);
+    assert_int_equal(calls, (end - first + TW__POPULATE - 1) / TW__POPULATE);
     assert_int_equal(p.fault_at, p.cap);
+    assert_false(resident((uintptr_t)m, (uintptr_t)m + 1)); /* before `first` */
     /* read-only: the call fails, and nothing is populated */
     assert_int_equal(munmap(m, len), 0);
     m = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
