@@ -72,7 +72,10 @@ typedef void (*tw_fn)(tw_timer *t, tw_id id, void *arg);
  * functions set, or both NULL for the default allocator (libc malloc, or
  * jemalloc when built with -Djemalloc=enabled; blocks of 1 MiB or more
  * are mapped with mmap directly, so that the task pool can grow by mremap
- * without copying). free is never given NULL. */
+ * without copying). free is never given NULL. The functions may be
+ * called with the timer's (or the purgatory's) internal locks held: they
+ * must not call back into the same timer or purgatory, where a call that
+ * takes a lock already held deadlocks. */
 struct tw_allocator {
     void *(*alloc)(void *ctx, size_t size);
     void (*free)(void *ctx, void *p);
