@@ -120,8 +120,8 @@ struct tw_options {
                                      MADV_POPULATE_WRITE, one call in
                                      place of 32 page faults); a
                                      user's allocator copies it and
-                                     its pages fault in as touched. A manual
-                                     timer sized here never grows (a
+                                     its pages fault in as touched. A
+                                     manual timer sized here never grows (a
                                      threaded shard may outgrow its
                                      share). A shard holds
                                      at most 238,609,294 tasks (with 32
@@ -349,10 +349,10 @@ TW_API void *tw_drain_arg(tw_timer *t);
 TW_API void tw_stats(tw_timer *t, struct tw_stats *s);
 
 /* Checks every internal invariant (heap order and indices, list links,
- * bucket placement of every task, counts, free list, key map). Returns 0
- * if all hold, else -EFAULT after describing each failure on report
- * (which may be NULL), or -EINVAL when t is NULL. O(pending + buckets +
- * slots); threaded, it takes each shard's lock in turn. It changes
+ * bucket placement of every task, counts, free list, pool bounds, key
+ * map). Returns 0 if all hold, else -EFAULT after describing each failure
+ * on report (which may be NULL), or -EINVAL when t is NULL.
+ * O(pending + buckets + slots); threaded, it takes each shard's lock in turn. It changes
  * nothing; it mallocs (not through tw_options.allocator) one bit per slot
  * while it walks the free list, and without that memory skips the one
  * rule that needs it (no slot listed twice). For tests and fuzzers. */
