@@ -1184,7 +1184,7 @@ static void make_plots(void)
             "set key top left\nset grid\n"
             "plot for [i=2:*] '%s-w1.dat' using 1:i with linespoints lw 2 title columnhead(i)\n"
             "set output '%s-w2.png'\n"
-            "unset logscale\nset logscale y\nset title 'W2 expire-all: firing lateness (ms)'\n"
+            "unset logscale\nset logscale y\nset title 'W2 expire-all, cold: firing lateness (ms; p50 and p99 the median run, max the worst)'\n"
             "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
             "set xlabel ''\nset ylabel 'lateness ms (log)'\nset key top left\n"
             "plot '%s-w2.dat' using 2:xtic(1) title 'p50' noenhanced, '' using 3 title 'p99', '' using 4 title 'max'\n",
