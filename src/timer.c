@@ -295,6 +295,21 @@ static inline void kick_if_earlier(tw_timer *t, struct tw__engine *e,
         tw__runtime_kick(t, tw__shard_next_ns(e));
 }
 
+/* Commits a new task (tw__wheel_reserve has succeeded) and, threaded,
+ * wakes the driver when it made an earlier bucket; sets *idp if not
+ * NULL. The tail of every general-path schedule. */
+static void commit_and_kick(tw_timer *t, uint32_t si, struct tw__engine *e,
+                            uint64_t deadline, uint64_t dt, tw_fn fn, void *arg,
+                            uint32_t *slot, tw_id *idp)
+{
+    uint64_t before = t->threaded ? queue_head_tick(e) : 0;
+    tw_id id = commit(t, si, e, deadline, dt, fn, arg, slot);
+    if (t->threaded)
+        kick_if_earlier(t, e, before);
+    if (idp)
+        *idp = id;
+}
+
 static int add_plain(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
                      void *arg, tw_id *idp)
 {
@@ -308,12 +323,7 @@ static int add_plain(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn,
         tw__pending_release(t);
         return rc;
     }
-    uint64_t before = t->threaded ? queue_head_tick(e) : 0;
-    tw_id id = commit(t, si, e, deadline, dt, fn, arg, NULL);
-    if (t->threaded)
-        kick_if_earlier(t, e, before);
-    if (idp)
-        *idp = id;
+    commit_and_kick(t, si, e, deadline, dt, fn, arg, NULL, idp);
     return 0;
 }
 
@@ -517,12 +527,7 @@ int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns, uint64_t period_ns,
     x->arg = arg;
     x->period = period_ns;
     x->flags = (uint8_t)flags;
-    uint64_t before = queue_head_tick(e);
-    tw_id id = commit(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot);
-    if (t->threaded)
-        kick_if_earlier(t, e, before);
-    if (idp)
-        *idp = id;
+    commit_and_kick(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot, idp);
 out:
     tw__shard_unlock(t, sh);
     return rc;
@@ -569,12 +574,7 @@ int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
     }
     x->fn = fn;
     x->arg = arg;
-    uint64_t before = queue_head_tick(e);
-    tw_id id = commit(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot);
-    if (t->threaded)
-        kick_if_earlier(t, e, before);
-    if (idp)
-        *idp = id;
+    commit_and_kick(t, si, e, deadline, dt, tw__extra_marker, x, &x->slot, idp);
 out:
     tw__shard_unlock(t, sh);
     return rc;
