@@ -18,7 +18,8 @@
  *       end's own work, its longest advance, and what one sleep costs.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU (the median of --reps windows) and wake-ups (the most
- *       in any window).
+ *       in any window), beside the same window slept with no back end
+ *       (what the machine charges for the sleep alone).
  *   W4  memory: resident bytes per pending timer at N = 10^6 (measured in
  *       a child process), and the back end's own accounting.
  *   W5  producers: 1, 2 and 8 threads scheduling and cancelling through
@@ -952,11 +953,28 @@ static void run_w3(void)
            (double)window / 1e9);
     printf("  CPU: the median of %d window(s); switches and wake-ups: the most in any\n", reps);
     printf("    %-11s %12s %14s %16s\n", "", "CPU ms", "vol. switches", "engine wake-ups");
+    /* The control: the same window with no back end, one sleep through
+     * it. A back end that sleeps through the window as well costs what
+     * this row does, and on a VM that is not always near zero. */
+    double cpu[9];
+    long bare_sw = 0;
+    for (int k = 0; k < reps; k++) {
+        progress("W3 sleep alone, window %d of %d...\r", k + 1, reps);
+        long v0 = voluntary_switches();
+        double c0 = process_cpu();
+        sleep_until(bench_now_ns() + window);
+        cpu[k] = (process_cpu() - c0) * 1e3;
+        if (voluntary_switches() - v0 > bare_sw)
+            bare_sw = voluntary_switches() - v0;
+    }
+    progress("%60s\r", "");
+    double bare = median(cpu, reps);
+    printf("    %-11s %12.3f %14ld %16s\n", "sleep alone", bare, bare_sw, "-");
+    csv_row("W3", "sleep-alone", n, "cpu_ms", bare, 0);
     for (size_t b = 0; b < NBACKENDS; b++) {
         const struct backend_ops *ops = all_backends[b];
         if (!available(ops) || !selected(cfg.backends, ops->name) || ops->no_advance)
             continue;
-        double cpu[9];
         long sw = 0;
         int64_t wk = -1;
         int nok = 0;
