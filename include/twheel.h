@@ -394,10 +394,12 @@ TW_API unsigned tw_version(void);
  * concurrent schedulers rarely share a lock. A
  * threaded schedule reads the clock itself (delays count from the clock,
  * not from the driver's last pass). The driver sleeps until the earliest
- * occupied bucket; with nothing due it does not wake. On Linux the driver
- * sets its own timer slack to 1 ns (prctl PR_SET_TIMERSLACK), so that its
- * sleeps end on time rather than up to 50 us late; the caller's threads
- * and the workers keep theirs.
+ * occupied bucket and never wakes for an empty tick; with nothing due
+ * soon it may still wake when a coarse bucket's time comes, to move its
+ * tasks to a finer level (at most once per level in a task's life). On
+ * Linux the driver sets its own timer slack to 1 ns (prctl
+ * PR_SET_TIMERSLACK), so that its sleeps end on time rather than up to
+ * 50 us late; the caller's threads and the workers keep theirs.
  *
  * Signals: the driver and the workers block every signal except the ones
  * a fault raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) and

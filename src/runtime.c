@@ -3,9 +3,12 @@
  *
  * Sleeping. The driver sleeps on a condition variable (CLOCK_MONOTONIC)
  * until the earliest occupied bucket of any shard comes due. Nothing wakes
- * it before then except a schedule that creates an earlier bucket: with
- * nothing due, it does not wake at all (Netty wakes every tick; Kafka's
- * reaper polls every 200 ms).
+ * it before then except a schedule that creates an earlier bucket, and it
+ * never wakes for an empty tick (Netty wakes every tick; Kafka's reaper
+ * polls every 200 ms). The earliest occupied bucket may be a coarse one
+ * whose tasks are not due yet: its time is when they move down a level
+ * (wheel.c), so with nothing due the driver may still wake for that, at
+ * most once per level in a task's life.
  *
  * No lost wake-up. The driver publishes its planned wake time (`target`)
  * and then reads every shard's earliest bucket again. A scheduler inserts
