@@ -980,8 +980,8 @@ static void run_w3(void)
         int nok = 0;
         for (int k = 0; k < reps; k++) {
             progress("W3 %s, window %d of %d...\r", ops->name, k + 1, reps);
-            long s1;
-            int64_t w1;
+            long s1 = 0;
+            int64_t w1 = -1;
             double c = w3_once(ops, n, window, &s1, &w1);
             if (c < 0)
                 continue;
