@@ -181,14 +181,10 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             if (k == 0 ? exp < e->cur : exp <= e->cur)
                 FAIL(c, "bucket %u: expiration %llu is behind the clock %llu", bn,
                      (unsigned long long)exp, (unsigned long long)e->cur);
-            /* W blocks ahead for what is placed; the W after them only for
-             * what tw__wheel_spread brought down from the next bucket of
-             * level k + 1 */
+            /* fewer than 2W blocks ahead, so that no two blocks in use
+             * share a bucket */
             uint64_t ahead = (exp >> shift) - (e->cur >> shift);
-            uint32_t up = shift + e->bits;
-            if (ahead >= e->wsize &&
-                (ahead >= 2u * (uint64_t)e->wsize || up >= 64 ||
-                 (exp >> up) != (e->cur >> up) + 1))
+            if (ahead >= 2u * (uint64_t)e->wsize)
                 FAIL(c, "bucket %u: expiration %llu beyond its level's span", bn,
                      (unsigned long long)exp);
             struct placement p = { k, exp, 0, 0 };

@@ -4,17 +4,17 @@
  * ------
  * Time is counted in ticks of tick_ns. Level 0's buckets are one tick
  * wide and W = 2^b (wheel_size) of them make its span; level k+1's buckets
- * are each as long as the whole span of level k. (Each level keeps 2W
- * buckets, not W: see "Spreading the cascade".) With the defaults (1 ms
- * tick, W = 64):
+ * are each as long as the whole span of level k. Each level keeps 2W
+ * buckets, not W, and a task may go into any of the 2W blocks from the
+ * current one (below). With the defaults (1 ms tick, W = 64):
  *
  *   level  bucket width      level span        holds tasks due within
- *   0      1 ms              64 ms             64 ms
- *   1      64 ms             4.1 s             4.1 s
- *   2      4.1 s             4.4 min           4.4 min
- *   3      4.4 min           4.7 h             4.7 h
- *   4      4.7 h             12.4 days         12.4 days
- *   5      12.4 days         2.2 years         2.2 years
+ *   0      1 ms              64 ms             128 ms
+ *   1      64 ms             4.1 s             8.2 s
+ *   2      4.1 s             4.4 min           8.7 min
+ *   3      4.4 min           4.7 h             9.3 h
+ *   4      4.7 h             12.4 days         24.9 days
+ *   5      12.4 days         2.2 years         4.4 years
  *   ...    up to the level that covers all of uint64_t ns (level 7 here)
  *
  * Level 0 is made with the timer; a higher level is made the first time a
@@ -22,12 +22,29 @@
  * for its buckets in the delay queue, so nothing on the advance path can
  * fail for lack of memory.
  *
- * A task due at tick d goes into the finest level k whose span, counted
- * from the current tick rounded down to level k's width, covers d:
- * (d >> bk) - (cur >> bk) < W. Its bucket is (d >> bk) mod 2W and the
- * bucket's expiration is d rounded down to level k's width. At any moment
- * each bucket of a level stands for exactly one range of time, so a bucket
- * never mixes tasks from two rotations.
+ * A task due at tick d goes into the finest level k whose 2W blocks,
+ * counted from the current tick rounded down to level k's width, cover d:
+ * (d >> bk) - (cur >> bk) < 2W. Its bucket is (d >> bk) mod 2W and the
+ * bucket's expiration is d rounded down to level k's width. The blocks in
+ * use at a level lie within 2W of the current one, so at any moment each
+ * bucket stands for exactly one range of time and never mixes tasks from
+ * two rotations.
+ *
+ * Why 2W blocks, not W (Kafka's rule, and this file's until 2026-11): a
+ * coarse bucket comes due at its start, when its tasks move down a level,
+ * and that can come long before they are due. Placed by W blocks, a task
+ * 263 s out placed 1 s before a level-3 boundary (level 3's blocks are
+ * 262 s) went into the level-3 bucket starting at that boundary, and an
+ * idle timer woke 1 s later to move it, with nothing due for four minutes
+ * (twheel-bench W3, 10^5 timers over 1 min .. 24 h: about one 10 s window
+ * in 26 saw such a wake-up). By 2W blocks, a task at level k >= 1 did not
+ * fit level k - 1's 2W blocks, so it is due at least (2W - 1) blocks of
+ * level k - 1 from now, and its bucket starts after
+ * delta * (W - 1) / (2W - 1) of its delay delta has passed: about half,
+ * whatever the clock's alignment (test_api.c, test_coarse_bucket_not_soon).
+ * It costs no memory and no instruction: the 2W buckets were there for the
+ * spread (below), and the level choice is the same table lookup and
+ * compare.
  *
  * Every non-empty bucket sits in one binary heap keyed by its expiration
  * (delay_queue.c). The clock never walks empty ticks: tw_advance pops
@@ -45,9 +62,9 @@
  * 10^6 tasks spread over 2 s (twheel-bench W2) a level-1 bucket holds
  * ~31,000, and its tick took ~1 ms against ~0.03 ms for an ordinary one,
  * which was most of threaded W2's p99 lateness. So each level has 2W
- * buckets, not W: a task placed fresh still goes by the rule above (W
- * blocks from the current one), and the other W hold what comes down
- * early. After every advance that popped a bucket (after its callbacks in
+ * buckets, not W (what comes down early lands in the blocks past the
+ * first W; since 2026-11 the placement rule above uses them too). After
+ * every advance that popped a bucket (after its callbacks in
  * manual mode; after the due tasks are taken in threaded mode), for each
  * level k >= 1, up to TW__SPREAD (1024) tasks of level k's *next* bucket
  * (the block after the current one) move to level k - 1, whose 2W blocks
@@ -131,10 +148,11 @@ uint64_t tw__wheel_level_last(const struct tw__engine *e, uint32_t k, uint64_t c
 {
     uint32_t s = e->bits * k; /* < 64 for every level */
     uint64_t base = cur >> s;
-    uint64_t room = UINT64_MAX >> s; /* (base + W) << s must not pass it */
-    if (room < e->wsize || base > room - e->wsize)
+    uint64_t room = UINT64_MAX >> s; /* (base + 2W) << s must not pass it */
+    uint64_t span = 2u * (uint64_t)e->wsize;
+    if (room < span || base > room - span)
         return UINT64_MAX;
-    return ((base + e->wsize) << s) - 1;
+    return ((base + span) << s) - 1;
 }
 
 void tw__wheel_set_cur(struct tw__engine *e, uint64_t cur)
@@ -166,9 +184,11 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
     e->sbits = e->bits + 1;
     e->smask = 2 * wheel_size - 1;
     e->max_levels = (64 + e->bits - 1) / e->bits;
-    for (uint32_t j = 0; j < 64; j++) {
-        e->level_of_log2[j] = (uint8_t)(j / e->bits);
-    }
+    /* a distance of at least 2^j cannot be held by level k once
+     * 2^j >= 2W << bk, i.e. for k < (j - 1) / b; level (j - 1) / b + 1
+     * always can (wheel.h, tw__level_for) */
+    for (uint32_t j = 0; j < 64; j++)
+        e->level_of_log2[j] = (uint8_t)(j ? (j - 1) / e->bits : 0);
     tw__engine_set_now(e, now_ns);
     uint64_t r;
     e->cur = tw__div_floor(&e->tick, now_ns, &r);
@@ -382,7 +402,7 @@ int tw__wheel_reserve_period(struct tw__engine *e, uint64_t period_ns)
     uint64_t delta = tw__ticks_ceil(e, period_ns);
     delta = delta == UINT64_MAX ? delta : delta + 1;
     uint32_t k = 0;
-    if (delta >= e->wsize)
+    if (delta >= 2u * (uint64_t)e->wsize)
         k = e->level_of_log2[63 - __builtin_clzll(delta)] + 1u;
     if (k >= e->max_levels)
         k = e->max_levels - 1;

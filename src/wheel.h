@@ -158,10 +158,11 @@ TW__HOT uint64_t tw__ticks_ceil(const struct tw__engine *e, uint64_t ns)
     return tw__div_ceil(&e->tick, ns);
 }
 
-/* The level whose span holds tick dt >= cur: the lowest k with
- * (dt >> bk) - (cur >> bk) < W, i.e. dt <= last[k]. With delta = dt - cur,
- * no level below floor(log2(delta) / b) can hold it and the one above
- * always can, so one compare decides between the two: no loop. */
+/* The level whose 2W blocks hold tick dt >= cur: the lowest k with
+ * (dt >> bk) - (cur >> bk) < 2W, i.e. dt <= last[k]. With delta = dt - cur
+ * and L = floor(log2(delta)), no level below (L - 1) / b can hold it
+ * (delta >= 2W << bk) and the one above always can, so one compare decides
+ * between the two: no loop. */
 TW__HOT uint32_t tw__level_for(const struct tw__engine *e, uint64_t dt)
 {
     uint32_t k = e->level_of_log2[63u - (uint32_t)__builtin_clzll((dt - e->cur) | 1u)];

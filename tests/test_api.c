@@ -1028,19 +1028,20 @@ static void test_destroy_from_callback(void **state)
 }
 
 /* wheel.c's placement rule, seen through the levels it makes: a task goes
- * to the finest level k whose W blocks, counted from the current tick
+ * to the finest level k whose 2W blocks, counted from the current tick
  * rounded down to level k's width, reach its tick, and a level is made
  * the first time a task needs it. With 1 ms ticks and W = 64, level 0
- * holds ticks cur .. cur + 63, and level 1 the 64 blocks of 64 ticks from
- * cur's own block. A deadline already past is due now and needs no level
+ * holds ticks cur .. cur + 127, and level 1 the 128 blocks of 64 ticks
+ * from cur's own block. A deadline already past is due now and needs no level
  * above 0, on the fast path and on the checked one (max_pending) alike. */
 static void test_level_boundaries(void **state)
 {
     (void)state;
     const struct { uint64_t start_ms, delay_ms, levels; } cases[] = {
-        { 0, 63, 1 },    { 0, 64, 2 },    { 10, 63, 1 },   { 10, 64, 2 },
-        { 0, 4095, 2 },  { 0, 4096, 3 },  { 10, 4085, 2 }, { 10, 4086, 3 },
-        { 70, 4089, 2 }, { 70, 4090, 3 }, /* cur's block is 64 .. 127 */
+        /* a level holds 2W = 128 of its blocks from the current one */
+        { 0, 127, 1 },   { 0, 128, 2 },   { 10, 127, 1 },  { 10, 128, 2 },
+        { 0, 8191, 2 },  { 0, 8192, 3 },  { 10, 8181, 2 }, { 10, 8182, 3 },
+        { 70, 8185, 2 }, { 70, 8186, 3 }, /* cur's block is 64 .. 127 */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         struct fake_clock c;
@@ -1074,6 +1075,44 @@ static void test_level_boundaries(void **state)
         assert_int_equal(n, 2);
         tw_destroy(t);
     }
+}
+
+/* A coarse bucket comes due at its start, when its tasks move down a
+ * level, so how soon that start can come after a task is placed is how
+ * soon an idle timer may wake with nothing due. Placed by its level's 2W
+ * blocks, a task due delta from now sits in a bucket that starts more
+ * than delta * (W - 1) / (2W - 1) from now (wheel.c), whatever the
+ * clock's alignment: here just before, at, and just after boundaries of
+ * levels 1 to 4, for delays from 2W ticks to ten days. (Placed by W
+ * blocks, a task 263 s out placed 1 s before a level-3 boundary made the
+ * timer wake 1 s later.) */
+static void test_coarse_bucket_not_soon(void **state)
+{
+    (void)state;
+    const uint64_t ticks[] = { 64, 4096, 262144, 16777216 }; /* level widths */
+    const uint64_t delays_ms[] = { 128, 129, 200, 4095, 8191, 8192, 9000, 263000,
+                                   524287, 524288, 600000, 3600000, 86400000,
+                                   864000000 };
+    const int64_t offsets_ms[] = { -16000, -1000, -1, 0, 1, 1000 };
+    for (size_t a = 0; a < sizeof ticks / sizeof ticks[0]; a++)
+        for (size_t b = 0; b < sizeof offsets_ms / sizeof offsets_ms[0]; b++)
+            for (size_t k = 0; k < sizeof delays_ms / sizeof delays_ms[0]; k++) {
+                uint64_t start = (uint64_t)((int64_t)(1000 * ticks[a]) + offsets_ms[b]) * MS;
+                struct fake_clock c;
+                tw_timer *t = mk(&c, start, MS, 64);
+                int n = 0;
+                uint64_t delay = delays_ms[k] * MS, next;
+                assert_int_equal(tw_schedule(t, delay, count_fn, &n, NULL), 0);
+                assert_int_equal(tw_next_deadline(t, &next), 0);
+                if (next - start <= delay / 127 * 63) {
+                    fprintf(stderr, "start %llu ms, delay %llu ms: next work after %llu ms\n",
+                            (unsigned long long)(start / MS),
+                            (unsigned long long)delays_ms[k],
+                            (unsigned long long)((next - start) / MS));
+                    fail();
+                }
+                tw_destroy(t);
+            }
 }
 
 static void test_stats_and_misc(void **state)
@@ -1321,6 +1360,7 @@ int main(void)
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_order_across_levels),
         cmocka_unit_test(test_level_boundaries),
+        cmocka_unit_test(test_coarse_bucket_not_soon),
         cmocka_unit_test(test_periodic_fixed_rate),
         cmocka_unit_test(test_periodic_fixed_delay),
         cmocka_unit_test(test_periodic_end_of_time),

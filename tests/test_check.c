@@ -388,22 +388,29 @@ static void test_coarse_bucket_at_clock(void **state)
     struct fake_clock c;
     struct tw__engine *e;
     tw_timer *t = empty_timer(&c, &e);
-    assert_int_equal(tw_schedule(t, 100 * MS, noop_fn, NULL, NULL), 0); /* level 1, at 64 */
+    assert_int_equal(tw_schedule(t, 200 * MS, noop_fn, NULL, NULL), 0); /* level 1, at 192 */
     assert_int_equal(e->dq.n, 1);
-    assert_int_equal(e->dq.h[0].exp, 64);
-    tw__wheel_set_cur(e, 63);
+    assert_int_equal(e->dq.h[0].exp, 192);
+    tw__wheel_set_cur(e, 191);
     assert_check(t);
-    tw__wheel_set_cur(e, 64);
+    tw__wheel_set_cur(e, 192);
     assert_caught(t, "is behind the clock");
     tw_destroy(t);
 }
 
-/* What a level holds past its W blocks from the current one: only the
- * next block of the level above, which tw__wheel_spread brings down. Made
- * here by a task placed at level 1 in block 130 (parent block 2) while the
- * current block is 100, and the clock then set back to block 63 (parent
- * 0): 67 blocks ahead, and not in the next parent block. */
-static void test_expiration_past_next_parent(void **state)
+/* A level holds 2W blocks from the current one and no more: two blocks 2W
+ * apart would share a bucket. Made here by a task placed at level 1 in
+ * block 130 while the current block is 100, and the clock then set back:
+ * to block 3, 127 blocks ahead, it checks clean; to block 2, 128 ahead, it
+ * is caught. */
+static void set_clock_back(struct tw__engine *e, uint64_t cur)
+{
+    e->cur = cur;
+    for (uint32_t k = 0; k < e->max_levels; k++)
+        e->lv[k].last = tw__wheel_level_last(e, k, e->cur);
+}
+
+static void test_expiration_past_span(void **state)
 {
     (void)state;
     struct fake_clock c;
@@ -413,14 +420,11 @@ static void test_expiration_past_next_parent(void **state)
     assert_int_equal(tw_schedule_at(t, 130 * 64 * MS, noop_fn, NULL, NULL), 0);
     assert_int_equal(e->dq.n, 1);
     assert_int_equal(e->dq.h[0].bn >> e->sbits, 1);
-    struct tw__level saved[TW__MAX_LEVELS];
-    memcpy(saved, e->lv, sizeof saved);
-    e->cur = 63 * 64;
-    for (uint32_t k = 0; k < e->max_levels; k++)
-        e->lv[k].last = tw__wheel_level_last(e, k, e->cur);
+    set_clock_back(e, 3 * 64);
+    assert_check(t);
+    set_clock_back(e, 2 * 64 + 63);
     assert_caught(t, "beyond its level's span");
-    e->cur = 6400;
-    memcpy(e->lv, saved, sizeof saved);
+    set_clock_back(e, 6400);
     assert_check(t);
     tw_destroy(t);
 }
@@ -569,7 +573,7 @@ int main(void)
         T(test_expiration_beyond_span),
         T(test_expiration_off_grid),
         cmocka_unit_test(test_coarse_bucket_at_clock),
-        cmocka_unit_test(test_expiration_past_next_parent),
+        cmocka_unit_test(test_expiration_past_span),
         T(test_task_lost_from_lists),
         T(test_slot_lost_from_free_list),
         T(test_wrong_list),

@@ -48,21 +48,23 @@ static void test_overflow_level_created_and_reused(void **state)
 {
     (void)state;
     struct fake_clock c;
-    tw_timer *t = mk(&c, MS, 4); /* spans: 4 ms, 16 ms, 64 ms, ... */
+    /* blocks of 1, 4, 16 ms; a new task goes to the finest level whose
+     * 2W = 8 blocks from the current one reach it: up to 8, 32, 128 ms */
+    tw_timer *t = mk(&c, MS, 4);
     struct tw_stats s;
     int n = 0;
     tw_stats(t, &s);
     assert_int_equal(s.levels, 1);
-    assert_int_equal(tw_schedule(t, 3 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule(t, 7 * MS, count_fn, &n, NULL), 0);
     tw_stats(t, &s);
     assert_int_equal(s.levels, 1); /* fits level 0 */
-    assert_int_equal(tw_schedule(t, 20 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule(t, 40 * MS, count_fn, &n, NULL), 0);
     tw_stats(t, &s);
-    assert_int_equal(s.levels, 3); /* 20 ms needs level 2 (and level 1) */
-    assert_int_equal(tw_schedule(t, 30 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(s.levels, 3); /* 40 ms needs level 2 (and level 1) */
+    assert_int_equal(tw_schedule(t, 45 * MS, count_fn, &n, NULL), 0);
     tw_stats(t, &s);
     assert_int_equal(s.levels, 3);         /* reused */
-    assert_int_equal(s.queued_buckets, 2); /* 20 and 30 share a bucket */
+    assert_int_equal(s.queued_buckets, 2); /* 40 and 45 share a bucket */
     assert_check(t);
     assert_int_equal(tw_advance(t, 100 * MS), 3);
     tw_destroy(t);
@@ -90,34 +92,37 @@ static void test_overflow_clocks_after_advance(void **state)
     tw_timer *t = mk(&c, MS, 4);
     int n = 0;
     uint64_t d;
-    /* 20 ms lands in level 2's bucket [16, 32): it wakes at 16 */
-    assert_int_equal(tw_schedule(t, 20 * MS, count_fn, &n, NULL), 0);
+    /* 40 ms lands in level 2's bucket [32, 48): it wakes at 32 */
+    assert_int_equal(tw_schedule(t, 40 * MS, count_fn, &n, NULL), 0);
     assert_int_equal(tw_next_deadline(t, &d), 0);
-    assert_int_equal(d, 16 * MS);
+    assert_int_equal(d, 32 * MS);
     assert_int_equal(tw_advance(t, 10 * MS), 0);
-    /* at 10 ms, 30 ms is still level 2 (bucket [16, 32), the same one) */
-    assert_int_equal(tw_schedule(t, 20 * MS, count_fn, &n, NULL), 0);
+    /* at 10 ms, 46 ms is still level 2 (level 1's 8 blocks from [8, 12)
+     * end at 40; bucket [32, 48), the same one) */
+    assert_int_equal(tw_schedule(t, 36 * MS, count_fn, &n, NULL), 0);
     assert_int_equal(tw_next_deadline(t, &d), 0);
-    assert_int_equal(d, 16 * MS);
+    assert_int_equal(d, 32 * MS);
     struct tw_stats s;
     tw_stats(t, &s);
     assert_int_equal(s.queued_buckets, 1);
-    /* at 16 the bucket cascades: 20 -> level 1 [20, 24), 30 -> [28, 32);
-     * then, [20, 24) being level 1's next bucket, the spread moves 20 on
-     * down to level 0 ahead of time (its 3rd re-insertion in all) */
-    assert_int_equal(tw_advance(t, 16 * MS), 0);
+    /* at 32 the bucket cascades: 40 -> level 1 [40, 44), 46 -> [44, 48)
+     * (level 0's 8 blocks from 32 end at 40) */
+    assert_int_equal(tw_advance(t, 32 * MS), 0);
     assert_int_equal(tw_next_deadline(t, &d), 0);
-    assert_int_equal(d, 20 * MS);
+    assert_int_equal(d, 40 * MS);
     tw_stats(t, &s);
     assert_int_equal(s.queued_buckets, 2);
-    assert_int_equal(s.cascaded, 3);
-    assert_int_equal(tw_advance(t, 20 * MS), 1);
+    assert_int_equal(s.cascaded, 2);
+    /* at 40, 40 fires from its level-1 bucket; then, [44, 48) being level
+     * 1's next bucket, the spread moves 46 down to level 0 ahead of time
+     * (four re-insertions in all) */
+    assert_int_equal(tw_advance(t, 40 * MS), 1);
     assert_int_equal(tw_next_deadline(t, &d), 0);
-    assert_int_equal(d, 28 * MS); /* level 1's bucket of 30 */
-    assert_int_equal(tw_advance(t, 28 * MS), 0);
-    assert_int_equal(tw_next_deadline(t, &d), 0);
-    assert_int_equal(d, 30 * MS); /* demoted again to level 0 */
-    assert_int_equal(tw_advance(t, 30 * MS), 1);
+    assert_int_equal(d, 46 * MS);
+    tw_stats(t, &s);
+    assert_int_equal(s.cascaded, 4);
+    assert_int_equal(tw_advance(t, 45 * MS), 0);
+    assert_int_equal(tw_advance(t, 46 * MS), 1);
     assert_int_equal(n, 2);
     tw_destroy(t);
 }
@@ -151,17 +156,18 @@ static void spread_fn(tw_timer *t, tw_id id, void *arg)
 static void test_cascade_spread(void **state)
 {
     (void)state;
-    enum { BIG = 5000, BEATS = 128 }; /* beats 1 .. 127 ms */
+    enum { BIG = 5000, BEATS = 192 }; /* beats 1 .. 191 ms */
     struct fake_clock c;
     tw_timer *t = mk(&c, MS, 64);
     static struct spread_task big[BIG], beat[BEATS];
     spread_last = 0;
     spread_order_ok = 1;
-    /* level 1's bucket [64, 128) ms gets BIG tasks due 100 .. 127 ms (the
-     * odd ns rounds them up a tick); one task due each ms keeps every
-     * advance firing something */
+    /* level 1's bucket [128, 192) ms (level 0 takes what is due within
+     * 2W = 128 ticks) gets BIG tasks due 164 .. 191 ms (the odd ns rounds
+     * them up a tick); one task due each ms keeps every advance firing
+     * something */
     for (int i = 0; i < BIG; i++) {
-        big[i].deadline = (uint64_t)(100 + i % 28) * MS - (uint64_t)(i % 3);
+        big[i].deadline = (uint64_t)(164 + i % 28) * MS - (uint64_t)(i % 3);
         assert_int_equal(tw_schedule_at(t, big[i].deadline, spread_fn, &big[i], NULL), 0);
     }
     for (int i = 1; i < BEATS; i++) {
@@ -180,10 +186,13 @@ static void test_cascade_spread(void **state)
         before = s.cascaded;
         if (moved > most)
             most = moved;
-        if (ms == 63) /* all of [64, 128) is down before its tick: the
-                         * BIG tasks and the 64 beats due in it */
+        if (ms == 63) /* nothing moves while [128, 192) is not yet level
+                         * 1's next bucket */
+            assert_int_equal(s.cascaded, 0);
+        if (ms == 127) /* all of [128, 192) is down before its tick: the
+                          * BIG tasks and the 64 beats due in it */
             assert_int_equal(s.cascaded, BIG + 64);
-        if (ms == 64) /* so its tick cascades nothing */
+        if (ms == 128) /* so its tick cascades nothing */
             assert_int_equal(moved, 0);
     }
     /* spread over several advances, not done in one */

@@ -210,13 +210,14 @@ static void test_cancel_before_fire(void **state)
 static void test_driver_spreads_cascade(void **state)
 {
     (void)state;
-    enum { BIG = 3000, BEATS = 128 };
+    enum { BIG = 3000, BEATS = 192 };
     struct atomic_clock c;
     tw_timer *t = mk_fake(&c, 0);
     uint64_t base = atomic_load(&c.now); /* 10^6 ms: a level-1 block starts */
     static struct ftask big[BIG], beat[BEATS];
     for (int i = 0; i < BIG; i++) {
-        big[i] = (struct ftask){ &c, base + (uint64_t)(100 + i % 28) * MS - (uint64_t)(i % 3), 0, 0 };
+        /* level 1's bucket [128, 192) ms: level 0 takes the first 128 */
+        big[i] = (struct ftask){ &c, base + (uint64_t)(164 + i % 28) * MS - (uint64_t)(i % 3), 0, 0 };
         assert_int_equal(tw_schedule_at(t, big[i].deadline, ftask_fn, &big[i], NULL), 0);
     }
     for (int i = 1; i < BEATS; i++) { /* something due at every pass */
@@ -233,9 +234,11 @@ static void test_driver_spreads_cascade(void **state)
         uint64_t moved = s.cascaded - before;
         before = s.cascaded;
         most = moved > most ? moved : most;
-        if (ms == 63) /* [64, 128) ms is all down: BIG tasks and 64 beats */
+        if (ms == 63) /* [128, 192) is not yet level 1's next bucket */
+            assert_int_equal(s.cascaded, 0);
+        if (ms == 127) /* [128, 192) ms is all down: BIG tasks and 64 beats */
             assert_int_equal(s.cascaded, BIG + 64);
-        if (ms == 64)
+        if (ms == 128)
             assert_int_equal(moved, 0);
     }
     assert_true(most <= BIG / 2);
