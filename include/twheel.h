@@ -396,7 +396,8 @@ TW_API unsigned tw_version(void);
  * not from the driver's last pass). The driver sleeps until the earliest
  * occupied bucket and never wakes for an empty tick; with nothing due
  * soon it may still wake when a coarse bucket's time comes, to move its
- * tasks to a finer level (at most once per level in a task's life). On
+ * tasks to a finer level: at most once per level in a task's life, and
+ * never sooner than about half the task's delay after it was scheduled. On
  * Linux the driver sets its own timer slack to 1 ns (prctl
  * PR_SET_TIMERSLACK), so that its sleeps end on time rather than up to
  * 50 us late; the caller's threads and the workers keep theirs.

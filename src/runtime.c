@@ -8,7 +8,8 @@
  * polls every 200 ms). The earliest occupied bucket may be a coarse one
  * whose tasks are not due yet: its time is when they move down a level
  * (wheel.c), so with nothing due the driver may still wake for that, at
- * most once per level in a task's life.
+ * most once per level in a task's life and never sooner than about half
+ * the task's delay after it was scheduled.
  *
  * No lost wake-up. The driver publishes its planned wake time (`target`)
  * and then reads every shard's earliest bucket again. A scheduler inserts
