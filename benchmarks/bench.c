@@ -964,8 +964,9 @@ static void run_w3(void)
         double c0 = process_cpu();
         sleep_until(bench_now_ns() + window);
         cpu[k] = (process_cpu() - c0) * 1e3;
-        if (voluntary_switches() - v0 > bare_sw)
-            bare_sw = voluntary_switches() - v0;
+        long sw = voluntary_switches() - v0;
+        if (sw > bare_sw)
+            bare_sw = sw;
     }
     progress("%60s\r", "");
     double bare = median(cpu, reps);
