@@ -482,7 +482,8 @@ static void run_floor(void)
     struct w1_input in;
     w1_make(&in, n, m, 0);
     double heap[9], eager[9], lazy[9], array[9], slots = 0, array_b = 0;
-    double heap_c[9], eager_c[9], split0[9], split3[9], split0_s = 0, split3_s = 0, pad[9];
+    double heap_c[9], eager_c[9], locked[9], split0[9], split3[9], split0_s = 0, split3_s = 0,
+        pad[9];
     for (int k = 0; k < reps; k++) { /* interleaved: the same noise for all */
         progress("W1 floor rep %d...\r", k + 1);
         heap[k] = w1_once(&be_heap, &in, 0, 0);
@@ -494,6 +495,7 @@ static void run_floor(void)
         split3[k] = floor_w1_ns(&in, FLOOR_SPLIT_8, &split3_s);
         heap_c[k] = w1_once(&be_heap, &in, 0, 1);
         eager_c[k] = floor_w1_ns(&in, FLOOR_EAGER_CLOCK, NULL);
+        locked[k] = floor_w1_ns(&in, FLOOR_EAGER_LOCKED, NULL);
     }
     double clock_ns = floor_clock_ns(cfg.quick ? 1000000 : 10000000);
     unsigned dram_mb = cfg.quick ? 32 : 256;
@@ -525,6 +527,9 @@ static void run_floor(void)
     printf("    %-34s %8.1f ns/pair\n", "heap (through the back-end table)", hc);
     printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap\n",
            "bare lists, unlink on cancel", ec, hc / ec);
+    double lk = median(locked, reps);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap\n",
+           "the same + a lock around each op", lk, hc / lk);
     printf("    5x the heap would be %.1f ns/pair\n", hc / 5);
     csv_row("W1floor", "dram-load", n, "ns", dram, 0);
     csv_row("W1floor", "heap", n, "ns_per_pair", h, 1);
@@ -537,6 +542,7 @@ static void run_floor(void)
     csv_row("W1floor", "clock-read", n, "ns", clock_ns, 0);
     csv_row("W1floor+clock", "heap", n, "ns_per_pair", hc, 1);
     csv_row("W1floor+clock", "bare-eager", n, "ns_per_pair", ec, hc / ec);
+    csv_row("W1floor+clock", "bare-eager+lock", n, "ns_per_pair", lk, hc / lk);
     w1_free(&in);
 }
 

@@ -74,6 +74,7 @@ struct w1_input {
 enum floor_model {
     FLOOR_EAGER,       /* cancel unlinks at once (what twheel does) */
     FLOOR_EAGER_CLOCK, /* the same, with one bench_now_ns() per add */
+    FLOOR_EAGER_LOCKED, /* the same, and a lock around each add and cancel */
     FLOOR_EAGER_PAD,   /* the same, with FLOOR_PAD_NOPS no-ops per pair */
     FLOOR_LAZY,        /* cancel marks the entry dead; a rebuild reclaims
                           when the dead reach the live */

@@ -15,6 +15,14 @@
  *   counters, no delay queue. Cancel unlinks at once (what twheel does);
  * - the same with one clock read per add, as the W1+clock loop makes it
  *   (the peers' figures in the issue include one);
+ * - the same again with a lock taken and released around each add and
+ *   each cancel, as the threaded API's shard lock is (src/lock.h: a
+ *   compare-and-swap to take it, an exchange to release it, never
+ *   contended here): what any design pays at 10^6 for being callable from
+ *   any thread with a lock per operation, before its own work. A locked
+ *   instruction is a full barrier on x86: the stores before it must drain
+ *   and no later load may pass it, so fewer of the pairs' cache misses
+ *   overlap;
  * - the same with FLOOR_PAD_NOPS no-op instructions per pair, which do no work
  *   but take their place in the CPU's out-of-order window: at 10^6 a
  *   pair waits on DRAM misses, and how many pairs' misses overlap depends
@@ -43,6 +51,7 @@
  * A library call cannot be cheaper than the same work written inline, so
  * these bound from below what a list- or array-based design can reach
  * here. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,22 +186,47 @@ FL_INLINE void fl_cancel_lazy(struct fl *f, uint64_t id, int split)
 
 static volatile uint64_t clock_sink;
 static uint64_t fl_dummy;
+static _Atomic uint32_t fl_lockword;
+
+/* Taken and released as tw__lock and tw__unlock do it, uncontended. */
+FL_INLINE void fl_lock(void)
+{
+    uint32_t free_ = 0;
+    while (!atomic_compare_exchange_strong_explicit(&fl_lockword, &free_, 1,
+                                                    memory_order_acquire,
+                                                    memory_order_relaxed))
+        free_ = 0;
+}
+
+FL_INLINE void fl_unlock(void)
+{
+    if (atomic_exchange_explicit(&fl_lockword, 0, memory_order_release) != 1)
+        abort(); /* one thread: it cannot have had a waiter */
+}
 
 /* The timed W1 loop on one model (every flag a constant at its call). */
 FL_INLINE void fl_w1(struct fl *f, const struct w1_input *in, uint64_t *handles,
-                     int lazy, int split, int read_clock, int pad)
+                     int lazy, int split, int read_clock, int pad, int lock)
 {
     for (size_t k = 0; k < in->m; k++) {
         uint32_t v = in->victims[k];
+        if (lock)
+            fl_lock();
         if (lazy)
             fl_cancel_lazy(f, handles[v], split);
         else
             fl_cancel_eager(f, handles[v]);
+        if (lock)
+            fl_unlock();
         if (read_clock) /* as the W1+clock loop reads it */
             clock_sink = bench_now_ns();
         if (pad)
             __asm__ volatile(".rept " FL_STR(FLOOR_PAD_NOPS) "\n\tnop\n\t.endr");
+        if (lock)
+            fl_lock();
         handles[v] = fl_add(f, in->delays[k], &fl_dummy, split);
+        if (lock)
+            fl_unlock();
     }
 }
 
@@ -204,13 +238,13 @@ void floor_loop_eager_pad(struct fl *f, const struct w1_input *in, uint64_t *han
 __attribute__((noinline)) void floor_loop_eager(struct fl *f, const struct w1_input *in,
                                                 uint64_t *handles)
 {
-    fl_w1(f, in, handles, 0, 0, 0, 0);
+    fl_w1(f, in, handles, 0, 0, 0, 0, 0);
 }
 
 __attribute__((noinline)) void floor_loop_eager_pad(struct fl *f, const struct w1_input *in,
                                                     uint64_t *handles)
 {
-    fl_w1(f, in, handles, 0, 0, 0, 1);
+    fl_w1(f, in, handles, 0, 0, 0, 1, 0);
 }
 
 double floor_w1_ns(const struct w1_input *in, enum floor_model model,
@@ -240,14 +274,17 @@ double floor_w1_ns(const struct w1_input *in, enum floor_model model,
         floor_loop_eager_pad(&f, in, handles);
         break;
     case FLOOR_EAGER_CLOCK:
-        fl_w1(&f, in, handles, 0, 0, 1, 0);
+        fl_w1(&f, in, handles, 0, 0, 1, 0, 0);
+        break;
+    case FLOOR_EAGER_LOCKED:
+        fl_w1(&f, in, handles, 0, 0, 1, 0, 1);
         break;
     case FLOOR_LAZY:
-        fl_w1(&f, in, handles, 1, 0, 0, 0);
+        fl_w1(&f, in, handles, 1, 0, 0, 0, 0);
         break;
     case FLOOR_SPLIT:
     case FLOOR_SPLIT_8:
-        fl_w1(&f, in, handles, 1, 1, 0, 0);
+        fl_w1(&f, in, handles, 1, 1, 0, 0, 0);
         break;
     }
     double t1 = bench_thread_cpu();
