@@ -238,15 +238,26 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * on the last one's cache miss, a DRAM load after another (W2 warm on a
  * 2-vCPU EPYC VM: 160 to 167 ns a schedule, against ~26 cold). The head
  * block stays in the cache, so a pop learns its slot without touching it,
- * and prefetches the slot TW__FREE_AHEAD pops on (and, at a block's last
- * slot, the next block): 48 to 57 ns a warm schedule in the same A/B
- * runs, W2 warm 0.302-0.316 -> 0.171-0.198 CPU s per million fired
- * (benchmarks/results/history.md). Only the step to the next block
- * follows a link, once every TW__FREE_SLOTS + 1 pops, and that line was
- * prefetched two pops before (at the block's last slot; the pop between
- * takes the block's head, already in the cache). */
+ * and prefetches the slot TW__FREE_AHEAD pops on: 48 to 57 ns a warm
+ * schedule in the same A/B runs, W2 warm 0.302-0.316 -> 0.171-0.198 CPU s
+ * per million fired (benchmarks/results/history.md).
+ *
+ * The prefetch crosses into the next block. A block's first pop
+ * prefetches the next block's line (both ends: 36 bytes may span two),
+ * and its last pops read the slot numbers there, by then in the cache, to
+ * prefetch the next block's first slots. A prefetch that stopped at the
+ * block's end left 2 of every 7 pops unprefetched and reached the next
+ * block's line one pop before it was read: a profile of warm W2 put half
+ * of tw_schedule's samples on its first read of the slot. With the
+ * crossing, the adding thread's warm schedules took 43 ns against 63
+ * (manual) and 98 against 141 (threaded, tw_schedule_at), medians of six
+ * A/B rounds (history.md, "The free list's prefetch crosses blocks").
+ * Only the step to the next block follows a link, once every
+ * TW__FREE_SLOTS + 1 pops. The spare prefetches nothing: W1's schedules
+ * all take it, and the fast path (timer.c, insert_fast) takes only the
+ * spare or a slot never used, leaving this walk to the general path. */
 #define TW__FREE_SLOTS 6u
-#define TW__FREE_AHEAD 2u /* pops: 1, 2 and 3 measured, 2 the best */
+#define TW__FREE_AHEAD 3u /* pops ahead: 2, 3 and 4 measured, 3 the best */
 
 struct __attribute__((packed, aligned(4))) tw__free_block {
     uint32_t next;  /* the next block's head slot (TW__NIL: none) */
@@ -275,18 +286,30 @@ TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
     if (h == TW__NIL)
         return h;
     struct tw__free_block *b = tw__pool_block(p, h);
-    uint32_t n = b->n;
+    uint32_t n = b->n, nx = b->next;
+    /* Prefetch the slot TW__FREE_AHEAD pops on. Pops take slot[n - 1]
+     * down to slot[0], then the head itself (in the cache: it is read
+     * here), then the next block's, which is full (every block below the
+     * head is), from its slot[TW__FREE_SLOTS - 1] down. */
+    if (n > TW__FREE_AHEAD) {
+        __builtin_prefetch(p->entries + b->slot[n - 1 - TW__FREE_AHEAD], 1);
+    } else if (n != TW__FREE_AHEAD && nx != TW__NIL) {
+        /* in the next block, whose line was prefetched when this block's
+         * first pop was (below); from a block that began short, this
+         * read is the one the pop after the head would make anyway */
+        __builtin_prefetch(p->entries +
+                               tw__pool_block(p, nx)->slot[TW__FREE_SLOTS + n - TW__FREE_AHEAD],
+                           1);
+    }
     if (n == 0) { /* the block is empty: its head is the slot */
-        p->free_head = b->next;
+        p->free_head = nx;
         return h;
     }
     b->n = n - 1;
-    /* the slot TW__FREE_AHEAD pops on, or the block after this one, which
-     * the pop after this block's head reads */
-    if (n > TW__FREE_AHEAD)
-        __builtin_prefetch(p->entries + b->slot[n - 1 - TW__FREE_AHEAD], 1);
-    else if (n == 1 && b->next != TW__NIL)
-        __builtin_prefetch(p->entries + b->next, 1);
+    if (n == TW__FREE_SLOTS && nx != TW__NIL) { /* both ends: it may span two lines */
+        __builtin_prefetch(p->entries + nx, 1);
+        __builtin_prefetch((const char *)(p->entries + nx + 1) - 1, 1);
+    }
     return b->slot[n - 1];
 }
 
