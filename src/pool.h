@@ -274,14 +274,20 @@ TW__POOL_HOT struct tw__free_block *tw__pool_block(const struct tw__pool *p, uin
     return (struct tw__free_block *)(void *)(p->entries + i);
 }
 
+/* Takes the spare: TW__NIL when there is none. */
+TW__POOL_HOT uint32_t tw__pool_pop_spare(struct tw__pool *p)
+{
+    uint32_t s = p->spare;
+    p->spare = TW__NIL;
+    return s;
+}
+
 /* Pops a free slot: TW__NIL when the free list is empty. */
 TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
 {
-    uint32_t s = p->spare;
-    if (__builtin_expect(s != TW__NIL, 1)) {
-        p->spare = TW__NIL;
+    uint32_t s = tw__pool_pop_spare(p);
+    if (__builtin_expect(s != TW__NIL, 1))
         return s;
-    }
     uint32_t h = p->free_head;
     if (h == TW__NIL)
         return h;

@@ -373,17 +373,16 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
 
     struct tw__pool *p = &e->pool;
     struct tw__entry *P = p->entries;
-    /* the spare (what W1 takes: its cancel has just freed it), else a
-     * slot never used while none is free. A slot from the free list's
-     * blocks is the general path's (tw__pool_take): their walk and its
-     * prefetch, inlined here, made every schedule save two registers more
-     * (6 instructions a W1 pair, 149), and out of line, five (a call);
-     * the walk waits on memory either way (pool.h) */
-    uint32_t i = p->spare;
-    if (__builtin_expect(i != TW__NIL, 1)) {
-        p->spare = TW__NIL;
-    } else {
-        if (p->free_head != TW__NIL || p->used >= p->fault_at) /* or full, or its page not populated */
+    /* The spare (what W1 takes: its cancel has just freed it), else a
+     * slot never used while no other is free. A slot from the free
+     * list's blocks is the general path's (tw__pool_take): their walk and
+     * its prefetch, inlined here, made every schedule save two registers
+     * more (6 instructions a W1 pair, 149), and out of line five (a
+     * call); the walk waits on memory either way (pool.h). */
+    uint32_t i = tw__pool_pop_spare(p);
+    if (__builtin_expect(i == TW__NIL, 0)) {
+        /* blocks to pop, or the pool full, or its next page not populated */
+        if (p->free_head != TW__NIL || p->used >= p->fault_at)
             return 1;
         i = p->used++;
         P[i].gen = 0;
