@@ -238,8 +238,8 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * on the last one's cache miss, a DRAM load after another (W2 warm on a
  * 2-vCPU EPYC VM: 160 to 167 ns a schedule, against ~26 cold). The head
  * block stays in the cache, so a pop learns its slot without touching it,
- * and prefetches the slot TW__FREE_AHEAD pops on: 48 to 57 ns a warm
- * schedule in the same A/B runs, W2 warm 0.302-0.316 -> 0.171-0.198 CPU s
+ * and prefetches a slot a few pops on (two, at first): 48 to 57 ns a
+ * warm schedule in the same A/B runs, W2 warm 0.302-0.316 -> 0.171-0.198 CPU s
  * per million fired (benchmarks/results/history.md).
  *
  * The prefetch crosses into the next block. A block's first pop
