@@ -239,8 +239,8 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * 2-vCPU EPYC VM: 160 to 167 ns a schedule, against ~26 cold). The head
  * block stays in the cache, so a pop learns its slot without touching it,
  * and prefetches a slot a few pops on (two, at first): 48 to 57 ns a
- * warm schedule in the same A/B runs, W2 warm 0.302-0.316 -> 0.171-0.198 CPU s
- * per million fired (benchmarks/results/history.md).
+ * warm schedule in the same A/B runs, W2 warm 0.302-0.316 -> 0.171-0.198
+ * CPU s per million fired (benchmarks/results/history.md).
  *
  * The prefetch crosses into the next block. A block's first pop
  * prefetches the next block's line (both ends: 36 bytes may span two),

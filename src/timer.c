@@ -346,7 +346,8 @@ static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t
 
 /* The insertion both fast paths share: a plain task due at `deadline`
  * (<= tick.lim, the caller checks) into engine e, when its level exists
- * and a slot is free. Returns 0 when done, having set *id (when id is not
+ * and the spare or a never-used slot is free (not one of the free list's
+ * blocks: see the slot below). Returns 0 when done, having set *id (when id is not
  * NULL); 2 when done and the task made list head *started non-empty (the
  * caller calls list_started); or 1 when the general path (add_plain) must
  * do it: nothing has changed then.
@@ -377,8 +378,8 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
      * slot never used while no other is free. A slot from the free
      * list's blocks is the general path's (tw__pool_take): their walk and
      * its prefetch, inlined here, made every schedule save two registers
-     * more (6 instructions a W1 pair, 149), and out of line five (a
-     * call); the walk waits on memory either way (pool.h). */
+     * more (6 instructions a W1 pair, 149), and out of line, a call,
+     * five more; the walk waits on memory either way (pool.h). */
     uint32_t i = tw__pool_pop_spare(p);
     if (__builtin_expect(i == TW__NIL, 0)) {
         /* blocks to pop, or the pool full, or its next page not populated */
@@ -430,8 +431,8 @@ static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int
 
 /* Schedules a plain task at an absolute deadline on shard si, whose lock
  * the caller holds: the shared insertion, or the general path for what it
- * cannot do (a new level, a full pool, a bound on pending tasks, a
- * deadline past tick.lim). Inline, so that the lock is held around as few
+ * cannot do (a new level, a full pool, a slot from the free list's
+ * blocks, a bound on pending tasks, a deadline past tick.lim). Inline, so that the lock is held around as few
  * instructions, and as few calls, as can be. */
 static inline __attribute__((always_inline)) int
 add_plain_locked(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn, void *arg,
@@ -472,7 +473,8 @@ static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_n
 }
 
 /* The manual-mode fast path: no lock, no bound to check, one engine. What
- * needs memory (a new level, a new pool capacity) goes the general way. */
+ * needs memory (a new level, a new pool capacity) goes the general way,
+ * and so does a slot from the free list's blocks (see insert_fast). */
 int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                 tw_id *id)
 {
