@@ -68,6 +68,7 @@ static struct {
     long callgrind_n;     /* --callgrind N: only the W1 loop */
     size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     FILE *csv;
+    int plot_w1, plot_w2; /* this run wrote the plot's data */
 } cfg = { .out = "twheel-bench", .reps = 3 };
 
 /* ---- utilities -------------------------------------------------------- */
@@ -417,6 +418,7 @@ static void run_w1(void)
     snprintf(path, sizeof path, "%s-w1.dat", cfg.out);
     plot = fopen(path, "w");
     if (plot) {
+        cfg.plot_w1 = 1;
         fprintf(plot, "N"); /* a plain header: gnuplot's columnhead reads it */
         for (size_t b = 0; b < NBACKENDS; b++)
             if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
@@ -790,8 +792,10 @@ static void run_w2(void)
     char path[512];
     snprintf(path, sizeof path, "%s-w2.dat", cfg.out);
     FILE *plot = fopen(path, "w"); /* the cold run's lateness */
-    if (plot)
+    if (plot) {
+        cfg.plot_w2 = 1;
         fprintf(plot, "backend p50_ms p99_ms max_ms\n");
+    }
     int reps = cfg.quick ? 1 : cfg.reps;
     for (int warm = 0; warm <= 1; warm++) {
         if (!warm)
@@ -1189,11 +1193,14 @@ static void run_w5(void)
 
 /* ---- plots ------------------------------------------------------------ */
 
+/* Plots what this run measured (a file left by an earlier run is not
+ * plotted): the W1 sweep and W2's cold lateness. */
 static void make_plots(void)
 {
+    if (!cfg.plot_w1 && !cfg.plot_w2)
+        return;
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        printf("\n(gnuplot not installed: no plots; data in %s-w1.dat, %s-w2.dat)\n", cfg.out,
-               cfg.out);
+        printf("\n(gnuplot not installed: no plots; data in %s-w*.dat)\n", cfg.out);
         return;
     }
     char path[512];
@@ -1201,24 +1208,39 @@ static void make_plots(void)
     FILE *g = fopen(path, "w");
     if (!g)
         return;
-    fprintf(g,
-            "set terminal pngcairo size 900,560 noenhanced\n"
-            "set output '%s-w1.png'\n"
-            "set title 'W1 churn: ns per (cancel + add) vs pending timers'\n"
-            "set logscale xy\nset xlabel 'pending timers N'\nset ylabel 'ns per pair (thread CPU)'\n"
-            "set key top left\nset grid\n"
-            "plot for [i=2:*] '%s-w1.dat' using 1:i with linespoints lw 2 title columnhead(i)\n"
-            "set output '%s-w2.png'\n"
-            "unset logscale\nset logscale y\nset title 'W2 expire-all, cold: firing lateness (ms; p50 and p99 the median run, max the worst)'\n"
-            "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
-            "set xlabel ''\nset ylabel 'lateness ms (log)'\nset key top left\n"
-            "plot '%s-w2.dat' using 2:xtic(1) title 'p50' noenhanced, '' using 3 title 'p99', '' using 4 title 'max'\n",
-            cfg.out, cfg.out, cfg.out, cfg.out);
+    fprintf(g, "set terminal pngcairo size 900,560 noenhanced\n");
+    if (cfg.plot_w1)
+        fprintf(g,
+                "set output '%s-w1.png'\n"
+                "set title 'W1 churn: ns per (cancel + add) vs pending timers'\n"
+                "set logscale xy\nset xlabel 'pending timers N'\nset ylabel 'ns per pair (thread CPU)'\n"
+                "set key top left\nset grid\n"
+                "plot for [i=2:*] '%s-w1.dat' using 1:i with linespoints lw 2 title columnhead(i)\n",
+                cfg.out, cfg.out);
+    if (cfg.plot_w2)
+        fprintf(g,
+                "set output '%s-w2.png'\n"
+                "unset logscale\nset logscale y\nset grid\n"
+                "set title 'W2 expire-all, cold: firing lateness (ms; p50 and p99 the median run, max the worst)'\n"
+                "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
+                "set xlabel ''\nset xtics nomirror rotate by -20 left offset -1.5,0\nset bmargin 5\n"
+                "set ylabel 'lateness ms (log)'\nset key top left\n"
+                /* skip the header row (an empty cluster otherwise); '' does
+                 * not carry the skip over, so each column says it */
+                "plot '%s-w2.dat' skip 1 using 2:xtic(1) title 'p50' noenhanced, "
+                "'' skip 1 using 3 title 'p99', '' skip 1 using 4 title 'max'\n",
+                cfg.out, cfg.out);
     fclose(g);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", path);
-    if (system(cmd) == 0)
-        printf("\nplots: %s-w1.png, %s-w2.png\n", cfg.out, cfg.out);
+    if (system(cmd) != 0)
+        return;
+    printf("\nplots:");
+    if (cfg.plot_w1)
+        printf(" %s-w1.png", cfg.out);
+    if (cfg.plot_w2)
+        printf(" %s-w2.png", cfg.out);
+    printf("\n");
 }
 
 /* ---- main ------------------------------------------------------------- */

@@ -15,6 +15,8 @@ set style data histograms
 set style fill solid 0.8
 set boxwidth 0.9
 set xlabel ''
+set xtics nomirror rotate by -20 left offset -1.5,0
+set bmargin 5
 set ylabel 'lateness ms (log)'
 set key top left
-plot 'w2.dat' using 2:xtic(1) title 'p50' noenhanced, '' using 3 title 'p99', '' using 4 title 'max'
+plot 'w2.dat' skip 1 using 2:xtic(1) title 'p50' noenhanced, '' skip 1 using 3 title 'p99', '' skip 1 using 4 title 'max'
