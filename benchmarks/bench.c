@@ -1213,7 +1213,8 @@ static void make_plots(void)
         fprintf(g,
                 "set output '%s-w1.png'\n"
                 "set title 'W1 churn: ns per (cancel + add) vs pending timers'\n"
-                "set logscale xy\nset xlabel 'pending timers N'\nset ylabel 'ns per pair (thread CPU)'\n"
+                "set logscale xy\nset format x '10^%%L'\nset xlabel 'pending timers N'\n"
+                "set ylabel 'ns per pair (thread CPU)'\n"
                 "set key top left\nset grid\n"
                 "plot for [i=2:*] '%s-w1.dat' using 1:i with linespoints lw 2 title columnhead(i)\n",
                 cfg.out, cfg.out);

@@ -2,6 +2,7 @@ set terminal pngcairo size 900,560 noenhanced
 set output 'w1.png'
 set title 'W1 churn: ns per (cancel + add) vs pending timers'
 set logscale xy
+set format x '10^%L'
 set xlabel 'pending timers N'
 set ylabel 'ns per pair (thread CPU)'
 set key top left
