@@ -347,10 +347,10 @@ static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t
 /* The insertion both fast paths share: a plain task due at `deadline`
  * (<= tick.lim, the caller checks) into engine e, when its level exists
  * and the spare or a never-used slot is free (not one of the free list's
- * blocks: see the slot below). Returns 0 when done, having set *id (when id is not
- * NULL); 2 when done and the task made list head *started non-empty (the
- * caller calls list_started); or 1 when the general path (add_plain) must
- * do it: nothing has changed then.
+ * blocks: see the slot below). Returns 0 when done, having set *id (when
+ * id is not NULL); 2 when done and the task made list head *started
+ * non-empty (the caller calls list_started); or 1 when the general path
+ * (add_plain) must do it: nothing has changed then.
  * Written out rather than composed from helpers, and ordered so that the
  * level and bucket are dead before the slot is taken: the instruction
  * count per schedule is a published figure, and fewer live values means
@@ -432,8 +432,9 @@ static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int
 /* Schedules a plain task at an absolute deadline on shard si, whose lock
  * the caller holds: the shared insertion, or the general path for what it
  * cannot do (a new level, a full pool, a slot from the free list's
- * blocks, a bound on pending tasks, a deadline past tick.lim). Inline, so that the lock is held around as few
- * instructions, and as few calls, as can be. */
+ * blocks, a bound on pending tasks, a deadline past tick.lim). Inline, so
+ * that the lock is held around as few instructions, and as few calls, as
+ * can be. */
 static inline __attribute__((always_inline)) int
 add_plain_locked(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn, void *arg,
                  tw_id *id)
