@@ -11,7 +11,12 @@
 /* Transparent huge pages were tried for the pool (madvise HUGEPAGE on the
  * 2 MiB-aligned middle): W1 at 10^6 gained ~10 ns per pair from fewer TLB
  * misses, but the first touch of each huge page made W2's adds 2x slower
- * (33 -> 59 ns). Not worth it by default; left to the allocator. */
+ * (33 -> 59 ns). Tried again on the whole block once the pool was
+ * populated ahead and grown by mremap: W1 and W2's firings within the
+ * noise (benchmarks/results/history.md). Not worth it by default; left to
+ * the allocator. Advice on part of a mapped block would split its mapping,
+ * and mremap cannot grow a range that spans mappings (ENOMEM): any advice
+ * here must cover the whole block. */
 
 int tw__pool_grow(struct tw__pool *p, struct tw__mem *m)
 {
