@@ -53,12 +53,12 @@
  * buckets whose expiration has come, in order. A level-0 bucket's tasks
  * are due and move to the expired list one by one, in a walk that takes
  * the bucket's eight lists in turn and prefetches each list's next entry,
- * so that their cache misses overlap before the callbacks need them. (A
+ * so that their cache misses overlap before the callbacks need them (a
  * splice of each list would be O(1), but left the firing loop to take one
- * miss after another: 1.4x to 2.6x the CPU per timer fired,
- * benchmarks/results/history.md.) A coarser bucket's
- * tasks are re-inserted relative to the bucket's own expiration, which
- * demotes each to a finer level (or to the expired list when due); the new
+ * miss after another: 1.4x to 2.6x the CPU per timer fired, measured in
+ * benchmarks/results/history.md). A coarser bucket's tasks are
+ * re-inserted relative to the bucket's own expiration, which demotes
+ * each to a finer level (or to the expired list when due); the new
  * buckets are due no later than the target, so the same advance pops them
  * in turn. Cost: one heap operation per bucket that comes due and O(1) per
  * task per level it descends, never anything per tick that passed. A task
