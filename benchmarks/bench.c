@@ -620,8 +620,9 @@ static void drive_until(struct backend *b, size_t want, uint64_t limit_ns)
  * W2_READ_EVERY adds, not at each: a read per add would charge these rows
  * alone ~20-30 ns of the benchmark's own per add (the other rows' deadlines
  * cost nothing), and 32 adds take a few microseconds, so a recorded
- * deadline is at most that much earlier than the back end's, a few
- * thousandths of the 1 ms tick. */
+ * deadline is that much earlier than the back end's, a few thousandths of
+ * the 1 ms tick (more if the thread is preempted among them, as it could
+ * be between a read and its add before). */
 static void w2_adds(struct backend *b, const uint64_t *delays, size_t n, uint64_t base)
 {
     const struct backend_ops *ops = b->ops;
