@@ -226,7 +226,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         FAIL(c, "pending %llu, but %llu tasks live", (unsigned long long)tw__engine_pending(e),
              (unsigned long long)(listed + running_live));
     /* the free list (pool.h): the spare, then each block's head and the
-     * slots it holds. A slot listed twice (a double free) is caught by the
+     * slots it holds, then any rewound slots. A slot listed twice (a double free) is caught by the
      * count below, and, when another is lost with it, by a bitmap of the
      * slots seen: plain malloc, not the timer's allocator, whose tests
      * count its calls; without memory for it that one test is skipped. */
@@ -234,7 +234,8 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     uint64_t *freeseen = calloc(((size_t)tw__pool_slots(pl) + 63) / 64 + 1, sizeof(uint64_t));
     if (pl->spare != TW__NIL)
         free_slot(c, pl, pl->spare, &freecount, limit, freeseen);
-    for (uint32_t h = pl->free_head; h != TW__NIL;) {
+    uint32_t h = pl->free_head;
+    while (h < TW__REWOUND) {
         if (free_slot(c, pl, h, &freecount, limit, freeseen))
             break;
         const struct tw__free_block *b = tw__pool_block(pl, h);
@@ -249,6 +250,16 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         if (k < b->n)
             break;
         h = b->next;
+    }
+    /* after a rewind, the blocks end in TW__REWOUND while slots from
+     * `rewound` up are left, and those follow in order */
+    if (h == TW__REWOUND) {
+        if (pl->rewound >= pl->used)
+            FAIL(c, "free list ends in the rewound slots, but %u of %u are left",
+                 pl->rewound, pl->used);
+        for (uint32_t i = pl->rewound; i < pl->used; i++)
+            if (free_slot(c, pl, i, &freecount, limit, freeseen))
+                break;
     }
     free(freeseen);
     if (allocated + freecount + e->pool.retired != tw__pool_slots(&e->pool))

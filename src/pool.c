@@ -91,6 +91,15 @@ int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nsent)
     return nfront <= p->front ? 0 : relocate(p, m, nfront, p->cap);
 }
 
+void tw__pool_rewind(struct tw__pool *p)
+{
+    if (p->retired || !p->used)
+        return; /* pool.h: a retired slot must never be handed out again */
+    p->spare = TW__NIL;
+    p->free_head = TW__REWOUND;
+    p->rewound = 0;
+}
+
 void tw__pool_destroy(struct tw__pool *p, struct tw__mem *m)
 {
     if (p->entries)

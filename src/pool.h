@@ -61,6 +61,7 @@
  * sign bit. */
 #define TW__SENT 0x80000000u         /* set on sentinel (list head) refs */
 #define TW__NIL 0xFFFFFFFFu          /* no element */
+#define TW__REWOUND 0xFFFFFFFEu      /* the free list's end after a rewind */
 #define TW__EXPIRED_SENT 0xFFFFFFFDu /* the expired list's sentinel */
 /* Slots stop where a ref would reach the sign bit ((2^31 - 2) / 9), and
  * where the pool's bytes would pass half of what size_t can count: that
@@ -112,7 +113,11 @@ struct tw__pool {
     uint32_t used;      /* slots ever handed out: [0, used) are valid */
     uint32_t cap;       /* capacity of the array */
     uint32_t spare;     /* a free slot outside the blocks (TW__NIL: none) */
-    uint32_t free_head; /* the free list's head block (below; TW__NIL: none) */
+    uint32_t free_head; /* the free list's head block (below; TW__NIL: none,
+                         * TW__REWOUND: only the rewound slots) */
+    uint32_t rewound;   /* after a rewind (below), [rewound, used) are free
+                         * and in no block while the blocks end in
+                         * TW__REWOUND */
     uint32_t max_slots; /* cap on slots (shards divide the id space) */
     uint32_t fault_at;  /* fresh slots below it are resident or need not be
                          * populated: used <= fault_at <= cap (below) */
@@ -169,7 +174,7 @@ int tw__pool_grow_to(struct tw__pool *p, struct tw__mem *m, uint64_t want);
 
 TW__POOL_HOT int tw__pool_reserve(struct tw__pool *p, struct tw__mem *m)
 {
-    return (p->spare != TW__NIL || p->free_head != TW__NIL || p->used < p->cap)
+    return (p->spare != TW__NIL || p->free_head != TW__NIL || p->used < p->cap) /* TW__REWOUND too */
                ? 0
                : tw__pool_grow(p, m);
 }
@@ -282,6 +287,41 @@ TW__POOL_HOT uint32_t tw__pool_pop_spare(struct tw__pool *p)
     return s;
 }
 
+/* The rewind: when a timer empties, its free slots are taken in address
+ * order again.
+ *
+ * A W2-like burst (schedule 10^6, let them all fire) leaves the free list
+ * in the order the timers fired, which is random over the pool, so every
+ * schedule of the next burst takes a slot on a line not touched for a
+ * while: a miss each, which the prefetch above only partly hides (warm
+ * schedules ~41 ns against ~17 for slots never used, history.md "The
+ * free list rewound when the timer empties"). When no slot is in use,
+ * that order is worth nothing: tw__pool_rewind forgets it, in O(1), and
+ * the next pops take slots 0, 1, 2, ... as fresh ones are taken, which
+ * the hardware prefetcher follows. The blocks end in TW__REWOUND, not
+ * TW__NIL, while [rewound, used) are left: slots freed after the rewind
+ * are pushed in blocks on top as before and popped first (they are the
+ * warmer ones), and a pop that reaches TW__REWOUND takes the next
+ * rewound slot. The push and the fast paths test nothing more: the
+ * blocks' end is a compare with TW__REWOUND where it was one with
+ * TW__NIL.
+ * Known limits: only a wholly empty timer rewinds (a broker that always
+ * holds timers never does; the engine tests for it once an advance, not
+ * once a free), and never once a slot has been retired (a rewound slot's
+ * generation is kept, and a retired one's wrapped to 0, so it would be
+ * reused and its ids reissued). The slots keep their generations: an id
+ * of a task gone before the rewind stays stale. */
+TW__POOL_HOT uint32_t tw__pool_pop_rewound(struct tw__pool *p)
+{
+    uint32_t i = p->rewound++;
+    if (p->rewound == p->used)
+        p->free_head = TW__NIL; /* the blocks' end, reached: nothing above */
+    return i;
+}
+
+/* Forgets the free list's order: call only when no slot is in use. */
+void tw__pool_rewind(struct tw__pool *p);
+
 /* Pops a free slot: TW__NIL when the free list is empty. */
 TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
 {
@@ -289,8 +329,8 @@ TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
     if (__builtin_expect(s != TW__NIL, 1))
         return s;
     uint32_t h = p->free_head;
-    if (h == TW__NIL)
-        return h;
+    if (__builtin_expect(h >= TW__REWOUND, 0))
+        return h == TW__NIL ? h : tw__pool_pop_rewound(p);
     struct tw__free_block *b = tw__pool_block(p, h);
     uint32_t n = b->n, nx = b->next;
     /* Prefetch the slot TW__FREE_AHEAD pops on. Pops take slot[n - 1]
@@ -299,7 +339,7 @@ TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
      * head is), from its slot[TW__FREE_SLOTS - 1] down. */
     if (n > TW__FREE_AHEAD) {
         __builtin_prefetch(p->entries + b->slot[n - 1 - TW__FREE_AHEAD], 1);
-    } else if (n != TW__FREE_AHEAD && nx != TW__NIL) {
+    } else if (n != TW__FREE_AHEAD && nx < TW__REWOUND) {
         /* in the next block, whose line was prefetched when this block's
          * first pop was (below); from a block that began short, this
          * read is the one the pop after the head would make anyway */
@@ -312,7 +352,7 @@ TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
         return h;
     }
     b->n = n - 1;
-    if (n == TW__FREE_SLOTS && nx != TW__NIL) { /* both ends: it may span two lines */
+    if (n == TW__FREE_SLOTS && nx < TW__REWOUND) { /* both ends: it may span two lines */
         __builtin_prefetch(p->entries + nx, 1);
         __builtin_prefetch((const char *)(p->entries + nx + 1) - 1, 1);
     }
@@ -327,7 +367,7 @@ TW__POOL_HOT void tw__pool_push(struct tw__pool *p, uint32_t i)
         return;
     }
     uint32_t h = p->free_head;
-    if (__builtin_expect(h != TW__NIL, 1)) {
+    if (__builtin_expect(h < TW__REWOUND, 1)) {
         struct tw__free_block *b = tw__pool_block(p, h);
         uint32_t n = b->n;
         if (__builtin_expect(n < TW__FREE_SLOTS, 1)) {

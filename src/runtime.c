@@ -283,6 +283,8 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
          * driver's next wake-up stands. */
         if (!n && pops && !e->draining)
             tw__wheel_spread(e);
+        if (!n)
+            tw__engine_rewind_if_empty(e);
         tw__unlock(&sh->lock);
         if (!n)
             return;

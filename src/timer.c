@@ -869,6 +869,7 @@ int tw_advance(tw_timer *t, uint64_t now_ns)
     /* after the callbacks, so that they do not wait for it */
     if (pops)
         tw__wheel_spread(e);
+    tw__engine_rewind_if_empty(e);
     return n;
 }
 

@@ -103,6 +103,15 @@ static inline uint64_t tw__engine_pending(const struct tw__engine *e)
     return e->scheduled - e->cancelled - e->drained - e->completed;
 }
 
+/* Rewinds the pool's free list (pool.h) when no slot is in use: no task
+ * pending, none running, no drain under way. Called once an advance, after
+ * its callbacks, where a count of zero means every slot has been put. */
+static inline void tw__engine_rewind_if_empty(struct tw__engine *e)
+{
+    if (!e->taken && !e->draining && tw__engine_pending(e) == 0)
+        tw__pool_rewind(&e->pool);
+}
+
 /* Sets the engine's time, and the room the schedule fast path checks. */
 static inline void tw__engine_set_now(struct tw__engine *e, uint64_t now_ns)
 {

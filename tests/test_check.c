@@ -510,6 +510,41 @@ static void test_free_list_broken(void **state)
     BREAK(low->next, SLOT(f->fr[7]), "free list broken"); /* a cycle */
 }
 
+/* A rewound free list (pool.h: the rewind): blocks, then the slots from
+ * `rewound` up. Its end moved, its count of slots left off by one either
+ * way, or the blocks' end lost: each is caught. Not the fixture: this
+ * needs a timer that has emptied. */
+static void test_rewound_free_list(void **state)
+{
+    (void)state;
+    struct fixture fx, *f = &fx;
+    memset(f, 0, sizeof *f);
+    struct tw_options o = manual_opts(&f->c, 0, MS, 64);
+    assert_int_equal(tw_create(&f->t, &o), 0);
+    f->e = &f->t->shards[0].eng;
+    struct tw__pool *p = &f->e->pool;
+    tw_id ids[10];
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(tw_schedule(f->t, (1 + (uint64_t)k) * MS, noop_fn, NULL, &ids[k]), 0);
+    assert_int_equal(tw_advance(f->t, 10 * MS), 10);
+    assert_int_equal(p->free_head, TW__REWOUND);
+    for (int k = 0; k < 5; k++) /* slots 0 .. 4 */
+        assert_int_equal(tw_schedule(f->t, SEC, noop_fn, NULL, &ids[k]), 0);
+    assert_int_equal(tw_cancel(f->t, ids[1]), 0); /* the spare */
+    assert_int_equal(tw_cancel(f->t, ids[2]), 0); /* a block, on the rewound end */
+    assert_int_equal(p->spare, SLOT(ids[1]));
+    assert_int_equal(p->free_head, SLOT(ids[2]));
+    assert_int_equal(p->rewound, 5);
+    assert_check(f->t);
+    struct tw__free_block *b = tw__pool_block(p, SLOT(ids[2]));
+    assert_int_equal(b->next, TW__REWOUND);
+    BREAK(p->rewound, p->used, "ends in the rewound slots");
+    BREAK(p->rewound, 4, "on the free list but in use"); /* slot 4 is */
+    BREAK(p->rewound, 6, "retired !=");                  /* slot 5 lost */
+    BREAK(b->next, TW__NIL, "retired !=");               /* all of them lost */
+    tw_destroy(f->t);
+}
+
 /* The bound below which fresh slots are taken (pool.h: populating) out of
  * order with the slots used and the capacity. */
 static void test_pool_bounds(void **state)
@@ -574,6 +609,7 @@ int main(void)
         T(test_expiration_off_grid),
         cmocka_unit_test(test_coarse_bucket_at_clock),
         cmocka_unit_test(test_expiration_past_span),
+        cmocka_unit_test(test_rewound_free_list),
         T(test_task_lost_from_lists),
         T(test_slot_lost_from_free_list),
         T(test_wrong_list),

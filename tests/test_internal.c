@@ -15,6 +15,7 @@
 #include "helpers.h"
 
 #include <sched.h>
+#include <semaphore.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -132,6 +133,9 @@ static void test_wrap_on_fire(void **state)
     assert_int_equal(tw_advance(t, MS), 1);
     assert_int_equal(fired_count, 1);
     assert_int_equal(retired(t), 1);
+    /* the timer is empty, but a pool with a retired slot never rewinds
+     * (pool.h): the rewound slots would include it, at generation 0 */
+    assert_int_not_equal(t->shards[0].eng.pool.free_head, TW__REWOUND);
     assert_retired(t, slot, ids, 2);
     tw_destroy(t);
 }
@@ -406,6 +410,206 @@ static void test_free_list_blocks(void **state)
             tw_destroy(t);
         }
     }
+}
+
+/* The rewind (pool.h): once a timer is empty, an advance forgets the free
+ * list's order, and the schedules that follow take slots 0, 1, 2, ...;
+ * slots freed after the rewind are taken before the rewound ones, the
+ * pool does not grow until all are taken, and no id issued before the
+ * rewind names a task after it. tw_check walks every state in between. */
+static void test_free_list_rewinds(void **state)
+{
+    (void)state;
+    enum { N = 200, HALF = N / 2 };
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    tw_id old[N], ids[N + 1]; /* ids[slot]: the task in that slot */
+    uint32_t seed = 12345;
+    for (int j = 0; j < N; j++) { /* scattered deadlines: a scattered free list */
+        seed = seed * 1103515245u + 12345u;
+        assert_int_equal(tw_schedule(t, (1 + (seed >> 8) % 1000) * MS, noop_fn, NULL, &old[j]),
+                         0);
+    }
+    uint32_t used = p->used;
+    int part = tw_advance(t, 500 * MS);
+    assert_true(part > 0 && part < N);
+    assert_int_not_equal(p->free_head, TW__REWOUND); /* not empty: no rewind */
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 1001 * MS), N - part);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(p->free_head, TW__REWOUND);
+    assert_int_equal(p->spare, TW__NIL);
+    assert_int_equal(p->rewound, 0);
+    assert_check(t);
+
+    for (uint32_t j = 0; j < HALF; j++) {
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[j]), 0);
+        assert_int_equal(tw__id_slot(t, ids[j]), j); /* in address order */
+        if (j % 16 == 0)
+            assert_check(t);
+    }
+    /* freed after the rewind: taken first (the spare, then the block,
+     * last in first out), then the rewound slots go on where they were */
+    assert_int_equal(tw_cancel(t, ids[10]), 0);
+    assert_int_equal(tw_cancel(t, ids[20]), 0);
+    assert_int_equal(tw_cancel(t, ids[30]), 0);
+    assert_check(t);
+    const uint32_t order[] = { 10, 30, 20, HALF };
+    for (int k = 0; k < 4; k++) {
+        tw_id id;
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
+        assert_int_equal(tw__id_slot(t, id), order[k]);
+        ids[order[k]] = id;
+        assert_check(t);
+    }
+    /* the ids of before stay stale, though their slots hold tasks again */
+    for (int j = 0; j < N; j++)
+        assert_int_equal(tw_cancel(t, old[j]), -ENOENT);
+    assert_int_equal(tw_pending(t), HALF + 1);
+    /* the rest of the rewound slots, then a fresh one */
+    assert_int_equal(used, N); /* one slot a task, none reused before */
+    for (uint32_t j = HALF + 1; j < used; j++) {
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[j]), 0);
+        assert_int_equal(tw__id_slot(t, ids[j]), j);
+    }
+    assert_int_equal(p->free_head, TW__NIL);
+    assert_int_equal(p->used, used);
+    assert_check(t);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[used]), 0);
+    assert_int_equal(tw__id_slot(t, ids[used]), used);
+
+    /* emptied by cancels: the next advance rewinds, even to the same time */
+    for (uint32_t j = 0; j <= used; j++)
+        assert_int_equal(tw_cancel(t, ids[j]), 0);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_not_equal(p->free_head, TW__REWOUND);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 1001 * MS), 0);
+    assert_int_equal(p->free_head, TW__REWOUND);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+/* A periodic task cancelled from its own callback holds its slot until the
+ * callback returns: the advance rewinds after that, not before, and the
+ * slot is among the rewound ones. */
+static void cancel_self(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    assert_int_not_equal(p->free_head, TW__REWOUND);
+    assert_int_equal(tw_cancel(t, id), 0);
+    assert_int_equal(tw_pending(t), 0);
+}
+
+static void test_rewind_after_periodic(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    tw_id id, a;
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &a), 0);
+    assert_int_equal(tw_schedule_every(t, 2 * MS, MS, TW_FIXED_RATE, cancel_self, NULL, &id), 0);
+    assert_int_equal(tw_advance(t, MS), 1); /* the periodic one still pending */
+    assert_int_not_equal(p->free_head, TW__REWOUND);
+    assert_int_equal(tw_advance(t, 2 * MS), 1);
+    assert_int_equal(p->free_head, TW__REWOUND);
+    assert_check(t);
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &a), 0);
+    assert_int_equal(tw__id_slot(t, a), 0);
+    assert_int_not_equal(a, id);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+/* Threaded, with a worker: a periodic task cancelled from its callback
+ * holds its slot until the callback returns, and the driver, which has
+ * handed the job over and found nothing more due, must not rewind over it
+ * (taken). Once the callback has returned and another task has fired, the
+ * driver rewinds. */
+struct held {
+    sem_t running, go;
+    _Atomic int cancelled;
+};
+
+static void cancel_self_and_wait(tw_timer *t, tw_id id, void *arg)
+{
+    struct held *h = arg;
+    atomic_store(&h->cancelled, tw_cancel(t, id) == 0 ? 1 : -1);
+    sem_post(&h->running);
+    while (sem_wait(&h->go) && errno == EINTR)
+        ;
+}
+
+static uint32_t shard_free_head(tw_timer *t, uint32_t si)
+{
+    struct tw__shard *sh = &t->shards[si];
+    tw__shard_lock(t, sh);
+    uint32_t h = sh->eng.pool.free_head;
+    tw__shard_unlock(t, sh);
+    return h;
+}
+
+static uint32_t shard_taken(tw_timer *t, uint32_t si)
+{
+    struct tw__shard *sh = &t->shards[si];
+    tw__shard_lock(t, sh);
+    uint32_t n = sh->eng.taken;
+    tw__shard_unlock(t, sh);
+    return n;
+}
+
+static void test_rewind_threaded_waits_for_periodic(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 1);
+    struct held h;
+    assert_int_equal(sem_init(&h.running, 0, 0), 0);
+    assert_int_equal(sem_init(&h.go, 0, 0), 0);
+    atomic_init(&h.cancelled, 0);
+    tw_id id;
+    assert_int_equal(
+        tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, cancel_self_and_wait, &h, &id), 0);
+    uint32_t si = tw__id_shard(t, id);
+    atomic_fetch_add(&c.now, MS);
+    tw_wake(t);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 30;
+    assert_int_equal(sem_timedwait(&h.running, &ts), 0);
+    assert_int_equal(atomic_load(&h.cancelled), 1);
+    assert_int_equal(tw_pending(t), 0);
+    /* the driver looks again (each wake passes over every shard) and
+     * finds nothing due and nothing pending: the slot is still held */
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(tw_wake(t), 0);
+        assert_int_not_equal(shard_free_head(t, si), TW__REWOUND);
+        assert_check(t);
+    }
+    sem_post(&h.go);
+    /* the callback returns and its job finishes: the slot is put */
+    for (int k = 0; shard_taken(t, si) && k < 10000; k++)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    assert_int_equal(shard_taken(t, si), 0);
+    assert_check(t);
+    /* one more firing on that shard; the driver rewinds after it */
+    tw_id next;
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &next), 0);
+    assert_int_equal(tw__id_shard(t, next), si); /* the same thread, the same shard */
+    atomic_fetch_add(&c.now, MS);
+    tw_wake(t);
+    int k = 0;
+    while (shard_free_head(t, si) != TW__REWOUND && k++ < 10000)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    assert_int_equal(shard_free_head(t, si), TW__REWOUND);
+    assert_check(t);
+    tw_destroy(t);
+    sem_destroy(&h.running);
+    sem_destroy(&h.go);
 }
 
 /* Populating the pool ahead of use (pool.h). */
@@ -753,6 +957,9 @@ int main(void)
         cmocka_unit_test(test_delay_queue_order),
         cmocka_unit_test(test_ids_past_the_pool),
         cmocka_unit_test(test_free_list_blocks),
+        cmocka_unit_test(test_free_list_rewinds),
+        cmocka_unit_test(test_rewind_after_periodic),
+        cmocka_unit_test(test_rewind_threaded_waits_for_periodic),
         cmocka_unit_test(test_populate_chunks),
         cmocka_unit_test(test_pool_populates_ahead),
         cmocka_unit_test(test_slot_limit),
