@@ -293,9 +293,9 @@ TW__POOL_HOT uint32_t tw__pool_pop_spare(struct tw__pool *p)
  * A W2-like burst (schedule 10^6, let them all fire) leaves the free list
  * in the order the timers fired, which is random over the pool, so every
  * schedule of the next burst takes a slot on a line not touched for a
- * while: a miss each, which the prefetch above only partly hides (warm
- * schedules ~41 ns against ~17 for slots never used, history.md "The
- * free list rewound when the timer empties"). When no slot is in use,
+ * while: a miss each, which the prefetch above only partly hides (W2's
+ * manual schedules: ~39 ns on that list, ~11 once rewound; history.md,
+ * "The free list rewound when the timer empties"). When no slot is in use,
  * that order is worth nothing: tw__pool_rewind forgets it, in O(1), and
  * the next pops take slots 0, 1, 2, ... as fresh ones are taken, which
  * the hardware prefetcher follows. The blocks end in TW__REWOUND, not

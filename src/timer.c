@@ -382,7 +382,8 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
      * five more; the walk waits on memory either way (pool.h). */
     uint32_t i = tw__pool_pop_spare(p);
     if (__builtin_expect(i == TW__NIL, 0)) {
-        /* blocks to pop, or the pool full, or its next page not populated */
+        /* blocks or rewound slots to pop (pool.h), or the pool full, or
+         * its next page not populated */
         if (p->free_head != TW__NIL || p->used >= p->fault_at)
             return 1;
         i = p->used++;
