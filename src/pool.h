@@ -174,7 +174,8 @@ int tw__pool_grow_to(struct tw__pool *p, struct tw__mem *m, uint64_t want);
 
 TW__POOL_HOT int tw__pool_reserve(struct tw__pool *p, struct tw__mem *m)
 {
-    return (p->spare != TW__NIL || p->free_head != TW__NIL || p->used < p->cap) /* TW__REWOUND too */
+    /* free_head: blocks, or TW__REWOUND (rewound slots) */
+    return (p->spare != TW__NIL || p->free_head != TW__NIL || p->used < p->cap)
                ? 0
                : tw__pool_grow(p, m);
 }
@@ -307,7 +308,9 @@ TW__POOL_HOT uint32_t tw__pool_pop_spare(struct tw__pool *p)
  * TW__NIL.
  * Known limits: only a wholly empty timer rewinds (a broker that always
  * holds timers never does; the engine tests for it once an advance, not
- * once a free), and never once a slot has been retired (a rewound slot's
+ * once a free), not one whose only free slot is the spare (a timer of one
+ * task at a time keeps its fast path), and never once a slot has been
+ * retired (a rewound slot's
  * generation is kept, and a retired one's wrapped to 0, so it would be
  * reused and its ids reissued). The slots keep their generations: an id
  * of a task gone before the rewind stays stale. */

@@ -129,13 +129,16 @@ static void test_wrap_on_fire(void **state)
     tw_timer *t = mk(&c);
     tw_id ids[2];
     uint32_t slot = reuse(t, count_fired, ids);
+    /* two more, so that the free list has a block when the timer empties */
+    assert_int_equal(tw_schedule(t, MS, count_fired, NULL, NULL), 0);
+    assert_int_equal(tw_schedule(t, MS, count_fired, NULL, NULL), 0);
     fired_count = 0;
-    assert_int_equal(tw_advance(t, MS), 1);
-    assert_int_equal(fired_count, 1);
+    assert_int_equal(tw_advance(t, MS), 3);
+    assert_int_equal(fired_count, 3);
     assert_int_equal(retired(t), 1);
     /* the timer is empty, but a pool with a retired slot never rewinds
      * (pool.h): the rewound slots would include it, at generation 0 */
-    assert_int_not_equal(t->shards[0].eng.pool.free_head, TW__REWOUND);
+    assert_true(t->shards[0].eng.pool.free_head < TW__REWOUND);
     assert_retired(t, slot, ids, 2);
     tw_destroy(t);
 }
@@ -491,6 +494,33 @@ static void test_free_list_rewinds(void **state)
     tw_destroy(t);
 }
 
+/* A timer of one task at a time: when it empties, its only free slot is
+ * the spare, and it stays the spare (the fast path's), not rewound. With
+ * two, the second is in a block, and the timer rewinds. */
+static void test_rewind_not_for_the_spare(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    tw_id a, b;
+    for (uint64_t k = 1; k <= 3; k++) {
+        assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &a), 0);
+        assert_int_equal(tw__id_slot(t, a), 0);
+        assert_int_equal(tw_advance(t, k * MS), 1);
+        assert_int_equal(p->spare, 0);
+        assert_int_equal(p->free_head, TW__NIL);
+        assert_check(t);
+    }
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &a), 0);
+    assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &b), 0);
+    assert_int_equal(tw_advance(t, 5 * MS), 2);
+    assert_int_equal(p->free_head, TW__REWOUND);
+    assert_int_equal(p->spare, TW__NIL);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* A periodic task cancelled from its own callback holds its slot until the
  * callback returns: the advance rewinds after that, not before, and the
  * slot is among the rewound ones. */
@@ -571,10 +601,16 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     assert_int_equal(sem_init(&h.running, 0, 0), 0);
     assert_int_equal(sem_init(&h.go, 0, 0), 0);
     atomic_init(&h.cancelled, 0);
-    tw_id id;
+    /* two plain tasks fire with it, so that the free list has a block
+     * (a spare alone is never rewound) */
+    tw_id id, plain[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &plain[k]), 0);
     assert_int_equal(
         tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, cancel_self_and_wait, &h, &id), 0);
     uint32_t si = tw__id_shard(t, id);
+    for (int k = 0; k < 2; k++) /* the same thread, the same shard */
+        assert_int_equal(tw__id_shard(t, plain[k]), si);
     atomic_fetch_add(&c.now, MS);
     tw_wake(t);
     struct timespec ts;
@@ -584,10 +620,12 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     assert_int_equal(atomic_load(&h.cancelled), 1);
     assert_int_equal(tw_pending(t), 0);
     /* the driver looks again (each wake passes over every shard) and
-     * finds nothing due and nothing pending: the slot is still held */
+     * finds nothing due and nothing pending, and the plain tasks' slots
+     * free (released as they were taken), one of them in a block: it
+     * must not rewind, the periodic task's slot is still held */
     for (int k = 0; k < 5; k++) {
         assert_int_equal(tw_wake(t), 0);
-        assert_int_not_equal(shard_free_head(t, si), TW__REWOUND);
+        assert_true(shard_free_head(t, si) < TW__REWOUND); /* a block, as it was */
         assert_check(t);
     }
     sem_post(&h.go);
@@ -958,6 +996,7 @@ int main(void)
         cmocka_unit_test(test_ids_past_the_pool),
         cmocka_unit_test(test_free_list_blocks),
         cmocka_unit_test(test_free_list_rewinds),
+        cmocka_unit_test(test_rewind_not_for_the_spare),
         cmocka_unit_test(test_rewind_after_periodic),
         cmocka_unit_test(test_rewind_threaded_waits_for_periodic),
         cmocka_unit_test(test_populate_chunks),
