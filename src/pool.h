@@ -248,22 +248,25 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * warm schedule in the same A/B runs, W2 warm 0.302-0.316 -> 0.171-0.198
  * CPU s per million fired (benchmarks/results/history.md).
  *
- * The prefetch crosses into the next block. A block's first pop
- * prefetches the next block's line (both ends: 36 bytes may span two),
- * and its last pops read the slot numbers there, by then in the cache, to
- * prefetch the next block's first slots. A prefetch that stopped at the
- * block's end left 2 of every 7 pops unprefetched and reached the next
- * block's line one pop before it was read: a profile of warm W2 put half
- * of tw_schedule's samples on its first read of the slot. With the
- * crossing, the adding thread's warm schedules took 43 ns against 63
+ * The prefetch crosses into the next block, and reaches TW__FREE_SLOTS
+ * pops on. Every block below the head is full, so once the next block's
+ * line is in, the slots of its pops are known: each pop but a full
+ * block's first prefetches one of them, and the line of the block after it
+ * (both ends: 36 bytes may span two), which the pops of the next block
+ * will read in their turn. A prefetch that stopped at the block's end
+ * left 2 of every 7 pops unprefetched and reached the next block's line
+ * one pop before it was read: a profile of warm W2 put half of
+ * tw_schedule's samples on its first read of the slot. Crossing, three
+ * pops on, the adding thread's warm schedules took 43 ns against 63
  * (manual) and 98 against 141 (threaded, tw_schedule_at), medians of six
- * A/B rounds (history.md, "The free list's prefetch crosses blocks").
+ * A/B rounds (history.md, "The free list's prefetch crosses blocks");
+ * six pops on, with the line two blocks ahead, 31 against 39 (manual)
+ * and 40 against 48 (tw_schedule_at), six rounds ("Six pops ahead").
  * Only the step to the next block follows a link, once every
  * TW__FREE_SLOTS + 1 pops. The spare prefetches nothing: W1's schedules
  * all take it, and the fast path (timer.c, insert_fast) takes only the
  * spare or a slot never used, leaving this walk to the general path. */
 #define TW__FREE_SLOTS 6u
-#define TW__FREE_AHEAD 3u /* pops ahead: 2, 3 and 4 measured, 3 the best */
 
 struct __attribute__((packed, aligned(4))) tw__free_block {
     uint32_t next;  /* the next block's head slot (TW__NIL: none) */
@@ -336,29 +339,31 @@ TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
         return h == TW__NIL ? h : tw__pool_pop_rewound(p);
     struct tw__free_block *b = tw__pool_block(p, h);
     uint32_t n = b->n, nx = b->next;
-    /* Prefetch the slot TW__FREE_AHEAD pops on. Pops take slot[n - 1]
-     * down to slot[0], then the head itself (in the cache: it is read
-     * here), then the next block's, which is full (every block below the
-     * head is), from its slot[TW__FREE_SLOTS - 1] down. */
-    if (n > TW__FREE_AHEAD) {
-        __builtin_prefetch(p->entries + b->slot[n - 1 - TW__FREE_AHEAD], 1);
-    } else if (n != TW__FREE_AHEAD && nx < TW__REWOUND) {
-        /* in the next block, whose line was prefetched when this block's
-         * first pop was (below); from a block that began short, this
-         * read is the one the pop after the head would make anyway */
-        __builtin_prefetch(p->entries +
-                               tw__pool_block(p, nx)->slot[TW__FREE_SLOTS + n - TW__FREE_AHEAD],
-                           1);
+    /* Prefetch the slot TW__FREE_SLOTS pops on. Pops
+     * take slot[n - 1] down to slot[0], then the head itself, then the
+     * next block's, which is full (every block below the head is), from
+     * its slot[TW__FREE_SLOTS - 1] down: so the pop that many on takes
+     * the next block's slot[n], but for a full block's first pop, whose
+     * is this block's head (in the cache: it is read here). That line
+     * was prefetched a block ago (the pops of the block before read it
+     * too, and prefetched the line after it, as these do now): in a
+     * steady walk, no pop reads a line it has not prefetched. From a
+     * block that began short, the first read of the next block's line is
+     * the one the pop after the head would make anyway. */
+    if (n < TW__FREE_SLOTS && nx < TW__REWOUND) {
+        const struct tw__free_block *nb = tw__pool_block(p, nx);
+        uint32_t after = nb->next;
+        __builtin_prefetch(p->entries + nb->slot[n], 1);
+        if (after < TW__REWOUND) { /* both ends: it may span two lines */
+            __builtin_prefetch(p->entries + after, 1);
+            __builtin_prefetch((const char *)(p->entries + after + 1) - 1, 1);
+        }
     }
     if (n == 0) { /* the block is empty: its head is the slot */
         p->free_head = nx;
         return h;
     }
     b->n = n - 1;
-    if (n == TW__FREE_SLOTS && nx < TW__REWOUND) { /* both ends: it may span two lines */
-        __builtin_prefetch(p->entries + nx, 1);
-        __builtin_prefetch((const char *)(p->entries + nx + 1) - 1, 1);
-    }
     return b->slot[n - 1];
 }
 
