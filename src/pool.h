@@ -340,17 +340,19 @@ TW__POOL_HOT uint32_t tw__pool_pop(struct tw__pool *p)
         return h == TW__NIL ? h : tw__pool_pop_rewound(p);
     struct tw__free_block *b = tw__pool_block(p, h);
     uint32_t n = b->n, nx = b->next;
-    /* Prefetch the slot TW__FREE_SLOTS pops on. Pops
-     * take slot[n - 1] down to slot[0], then the head itself, then the
-     * next block's, which is full (every block below the head is), from
-     * its slot[TW__FREE_SLOTS - 1] down: so the pop that many on takes
-     * the next block's slot[n], but for a full block's first pop, whose
-     * is this block's head (in the cache: it is read here). That line
-     * was prefetched a block ago (the pops of the block before read it
-     * too, and prefetched the line after it, as these do now): in a
-     * steady walk, no pop reads a line it has not prefetched. From a
-     * block that began short, the first read of the next block's line is
-     * the one the pop after the head would make anyway. */
+    /* Prefetch the slot TW__FREE_SLOTS pops on. Pops take slot[n - 1]
+     * down to slot[0], then the head itself, then the next block's,
+     * which is full (every block below the head is), from its
+     * slot[TW__FREE_SLOTS - 1] down: so the pop that many on takes the
+     * next block's slot[n], but for a full block's first pop, whose is
+     * this block's head (in the cache: it is read here). The next
+     * block's line was prefetched a block ago (the pops of the block
+     * before read their next block, and prefetched the line after it, as
+     * these do now): in a steady walk no pop reads a line it has not
+     * prefetched. A walk entering the full blocks from a short head
+     * block (pushes made it) waits for the next block's line at its
+     * first pop, perhaps in part for the line after, and is steady from
+     * there on. */
     if (n < TW__FREE_SLOTS && nx < TW__REWOUND) {
         const struct tw__free_block *nb = tw__pool_block(p, nx);
         uint32_t after = nb->next;
