@@ -488,11 +488,12 @@ static void run_floor(void)
     w1_make(&in, n, m, 0);
     double heap[9], eager[9], lazy[9], array[9], slots = 0, array_b = 0;
     double heap_c[9], eager_c[9], locked[9], split0[9], split3[9], split0_s = 0, split3_s = 0,
-        pad[9];
+        pad[9], defer[9];
     for (int k = 0; k < reps; k++) { /* interleaved: the same noise for all */
         progress("W1 floor rep %d...\r", k + 1);
         heap[k] = w1_once(&be_heap, &in, 0, 0);
         eager[k] = floor_w1_ns(&in, FLOOR_EAGER, NULL);
+        defer[k] = floor_w1_ns(&in, FLOOR_DEFER, NULL);
         pad[k] = floor_w1_ns(&in, FLOOR_EAGER_PAD, NULL);
         lazy[k] = floor_w1_ns(&in, FLOOR_LAZY, &slots);
         array[k] = floor_w1_array_ns(&in, &array_b);
@@ -514,6 +515,9 @@ static void run_floor(void)
     printf("    %-34s %8.1f ns/pair\n", "heap (through the back-end table)", h);
     printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap\n",
            "bare lists, unlink on cancel", e, h / e);
+    double dfr = median(defer, reps);
+    printf("    %-34s %8.1f ns/pair  %5.2fx better than the heap\n",
+           "bare lists, unlink deferred", dfr, h / dfr);
     double p = median(pad, reps);
     char padname[64];
     snprintf(padname, sizeof padname, "the same + %d no-ops a pair", FLOOR_PAD_NOPS);
@@ -539,6 +543,7 @@ static void run_floor(void)
     csv_row("W1floor", "dram-load", n, "ns", dram, 0);
     csv_row("W1floor", "heap", n, "ns_per_pair", h, 1);
     csv_row("W1floor", "bare-eager", n, "ns_per_pair", e, h / e);
+    csv_row("W1floor", "bare-deferred", n, "ns_per_pair", dfr, h / dfr);
     csv_row("W1floor", "bare-eager+nops", n, "ns_per_pair", p, h / p);
     csv_row("W1floor", "bare-lazy", n, "ns_per_pair", l, h / l);
     csv_row("W1floor", "bare-array", n, "ns_per_pair", a, h / a);

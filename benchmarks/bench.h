@@ -72,7 +72,7 @@ struct w1_input {
  * pair, on one model of cancel. *slots_per_timer: the slots the model came
  * to hold per pending timer. */
 enum floor_model {
-    FLOOR_EAGER,       /* cancel unlinks at once (what twheel does) */
+    FLOOR_EAGER,       /* cancel unlinks at once (twheel until 2026-11-24) */
     FLOOR_EAGER_CLOCK, /* the same, with one bench_now_ns() per add */
     FLOOR_EAGER_LOCKED, /* the same, and a lock around each add and cancel */
     FLOOR_EAGER_PAD,   /* the same, with FLOOR_PAD_NOPS no-ops per pair */
@@ -81,6 +81,8 @@ enum floor_model {
     FLOOR_SPLIT,       /* lazy, with the generations in their own array:
                           cancel touches 4 bytes of it, not the entry */
     FLOOR_SPLIT_8,     /* the same, rebuilt at an eighth of the live */
+    FLOOR_DEFER,       /* the unlink deferred by 16 cancels, the neighbours
+                          prefetched meanwhile (what twheel does) */
 };
 #define FLOOR_PAD_NOPS 50 /* about twheel's instructions per W1 pair beyond
                              the bare loop's (benchmarks/callgrind.sh) */

@@ -12,7 +12,11 @@
  *   twheel's, a bucket per delay (four levels of 64, eight lists a bucket,
  *   as twheel has), the id's generation compared, and nothing else: no
  *   call, no argument check, no exact rounding, no level limits, no
- *   counters, no delay queue. Cancel unlinks at once (what twheel does);
+ *   counters, no delay queue. Cancel unlinks at once (what twheel did
+ *   until 2026-11-24);
+ * - the same with the unlink deferred (what twheel does now): cancel
+ *   prefetches the neighbours and unlinks the task cancelled 16 cancels
+ *   before, whose neighbours' lines have come in meanwhile;
  * - the same with one clock read per add, as the W1+clock loop makes it
  *   (the peers' figures in the issue include one);
  * - the same again with a lock taken and released around each add and
@@ -61,6 +65,7 @@
 #define FL_STR2(x) #x
 #define FL_STR(x) FL_STR2(x)
 #define FL_NIL 0xFFFFFFFFu
+#define FL_DEFER 16u /* twheel's TW__DEFER */
 
 /* Every helper below takes `split` (and the loop `lazy`, `read_clock`,
  * `pad`) as a constant at each call and is forced inline, so each timed
@@ -80,6 +85,7 @@ struct fl {
     uint32_t *gens;     /* split: the generations, apart from the entries */
     uint32_t used, cap, free_head, live, dead;
     uint32_t shift;     /* lazy: rebuild when dead >= live >> shift */
+    uint32_t ring[FL_DEFER], rpos; /* defer: cancelled, still linked */
 };
 
 /* The bucket of a deadline (1 ms ticks, relative to time 0): four levels
@@ -150,6 +156,32 @@ FL_INLINE void fl_cancel_eager(struct fl *f, uint64_t id)
     f->live--;
 }
 
+/* Deferred unlink (twheel's since 2026-11-24; src/wheel.c): cancel marks
+ * the entry free (its id refused from now), prefetches its two neighbours
+ * and queues it; the unlink is done FL_DEFER cancels later, reading the
+ * links as they are then, when the neighbours' lines have come in. */
+FL_INLINE void fl_cancel_defer(struct fl *f, uint64_t id)
+{
+    uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
+    struct fl_entry *e = f->e;
+    if (i >= f->used || e[i].gen != gen)
+        return;
+    e[i].gen = gen + 3;
+    __builtin_prefetch(&e[e[i].prev], 1);
+    __builtin_prefetch(&e[e[i].next], 1);
+    uint32_t old = f->ring[f->rpos];
+    f->ring[f->rpos] = i;
+    f->rpos = (f->rpos + 1) & (FL_DEFER - 1);
+    f->live--;
+    if (old == FL_NIL)
+        return;
+    uint32_t n = e[old].next, p = e[old].prev;
+    e[p].next = n;
+    e[n].prev = p;
+    e[old].next = f->free_head;
+    f->free_head = old;
+}
+
 /* Lazy cancel's reclaim: every list rebuilt in slot order, the dead freed
  * (the free list comes out in slot order too). */
 FL_INLINE void fl_rebuild(struct fl *f, int split)
@@ -206,13 +238,15 @@ FL_INLINE void fl_unlock(void)
 
 /* The timed W1 loop on one model (every flag a constant at its call). */
 FL_INLINE void fl_w1(struct fl *f, const struct w1_input *in, uint64_t *handles,
-                     int lazy, int split, int read_clock, int pad, int lock)
+                     int lazy, int split, int read_clock, int pad, int lock, int defer)
 {
     for (size_t k = 0; k < in->m; k++) {
         uint32_t v = in->victims[k];
         if (lock)
             fl_lock();
-        if (lazy)
+        if (defer)
+            fl_cancel_defer(f, handles[v]);
+        else if (lazy)
             fl_cancel_lazy(f, handles[v], split);
         else
             fl_cancel_eager(f, handles[v]);
@@ -238,22 +272,26 @@ void floor_loop_eager_pad(struct fl *f, const struct w1_input *in, uint64_t *han
 __attribute__((noinline)) void floor_loop_eager(struct fl *f, const struct w1_input *in,
                                                 uint64_t *handles)
 {
-    fl_w1(f, in, handles, 0, 0, 0, 0, 0);
+    fl_w1(f, in, handles, 0, 0, 0, 0, 0, 0);
 }
 
 __attribute__((noinline)) void floor_loop_eager_pad(struct fl *f, const struct w1_input *in,
                                                     uint64_t *handles)
 {
-    fl_w1(f, in, handles, 0, 0, 0, 1, 0);
+    fl_w1(f, in, handles, 0, 0, 0, 1, 0, 0);
 }
 
 double floor_w1_ns(const struct w1_input *in, enum floor_model model,
                    double *slots_per_timer)
 {
-    int lazy = model >= FLOOR_LAZY, split = model >= FLOOR_SPLIT;
+    int lazy = model == FLOOR_LAZY || model == FLOOR_SPLIT || model == FLOOR_SPLIT_8;
+    int split = model == FLOOR_SPLIT || model == FLOOR_SPLIT_8;
     struct fl f = { 0 };
     f.shift = model == FLOOR_SPLIT_8 ? 3 : 0;
-    f.cap = FL_LISTS + (uint32_t)(in->n + (lazy ? (in->n >> f.shift) + 2 : 0));
+    f.cap = FL_LISTS + (uint32_t)(in->n + (lazy ? (in->n >> f.shift) + 2 : 0)) +
+            (model == FLOOR_DEFER ? FL_DEFER : 0);
+    for (uint32_t r = 0; r < FL_DEFER; r++)
+        f.ring[r] = FL_NIL;
     f.used = FL_LISTS;
     f.free_head = FL_NIL;
     f.e = calloc(f.cap, sizeof *f.e);
@@ -274,17 +312,20 @@ double floor_w1_ns(const struct w1_input *in, enum floor_model model,
         floor_loop_eager_pad(&f, in, handles);
         break;
     case FLOOR_EAGER_CLOCK:
-        fl_w1(&f, in, handles, 0, 0, 1, 0, 0);
+        fl_w1(&f, in, handles, 0, 0, 1, 0, 0, 0);
         break;
     case FLOOR_EAGER_LOCKED:
-        fl_w1(&f, in, handles, 0, 0, 1, 0, 1);
+        fl_w1(&f, in, handles, 0, 0, 1, 0, 1, 0);
         break;
     case FLOOR_LAZY:
-        fl_w1(&f, in, handles, 1, 0, 0, 0, 0);
+        fl_w1(&f, in, handles, 1, 0, 0, 0, 0, 0);
+        break;
+    case FLOOR_DEFER:
+        fl_w1(&f, in, handles, 0, 0, 0, 0, 0, 1);
         break;
     case FLOOR_SPLIT:
     case FLOOR_SPLIT_8:
-        fl_w1(&f, in, handles, 1, 1, 0, 0, 0);
+        fl_w1(&f, in, handles, 1, 1, 0, 0, 0, 0);
         break;
     }
     double t1 = bench_thread_cpu();

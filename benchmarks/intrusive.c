@@ -25,6 +25,11 @@
  * W1, W1r and W4 and is skipped elsewhere. The back end's free list stands
  * in for the caller's own allocation of the objects the tasks live in.
  *
+ * Its cancel unlinks at once, as twheel's did when the model was written;
+ * twheel's has deferred the unlink since 2026-11-24 (src/wheel.c,
+ * "Deferred unlink"), which the model does not copy: compare it with the
+ * floor's eager row, not with twheel's figures of since.
+ *
  * It measures what the ids cost, so that a change of API can be weighed
  * against the W1 targets before it is built. It is not twheel. */
 #include <errno.h>

@@ -12,7 +12,18 @@ struct ctx {
     FILE *out;
     int bad;
     uint32_t shard;
+    const struct tw__engine *e; /* the engine being checked */
+    uint64_t dead_listed;       /* deferred cancels found in the lists */
 };
+
+/* Whether slot i waits in the engine's ring of deferred cancels. */
+static int deferred(const struct tw__engine *e, uint32_t i)
+{
+    for (uint32_t k = 0; k < TW__DEFER; k++)
+        if (e->defer[k] == i)
+            return 1;
+    return 0;
+}
 
 #define FAIL(c, ...)                                                     \
     do {                                                                 \
@@ -35,6 +46,8 @@ static int free_slot(struct ctx *c, const struct tw__pool *p, uint32_t i,
     }
     if (*tw__pool_gen(p, i) & 3u)
         FAIL(c, "slot %u is on the free list but in use", i);
+    if (deferred(c->e, i))
+        FAIL(c, "slot %u is on the free list but its unlink is deferred", i);
     if (seen && (seen[i / 64] & (1ull << (i % 64))))
         FAIL(c, "slot %u is on the free list twice", i);
     if (seen)
@@ -42,14 +55,16 @@ static int free_slot(struct ctx *c, const struct tw__pool *p, uint32_t i,
     return 0;
 }
 
-/* Walks a list; returns the number of entries, checking links and calling
- * on_entry for each. Stops (and reports) after `limit` steps. */
+/* Walks a list; returns the number of live entries, checking links and
+ * calling on_entry for each; a deferred cancel (still listed, its
+ * generation stale) is counted in c->dead_listed instead. Stops (and
+ * reports) after `limit` steps. */
 static uint64_t walk(struct ctx *c, struct tw__engine *e, uint32_t self,
                      uint64_t limit, void (*on_entry)(struct ctx *, struct tw__engine *,
                                                       uint32_t, void *),
                      void *data)
 {
-    uint64_t n = 0;
+    uint64_t n = 0, steps = 0;
     uint32_t prev = self;
     for (uint32_t r = tw__link_at(e, self)->next; r != self;) {
         if (r & TW__SENT) {
@@ -61,15 +76,23 @@ static uint64_t walk(struct ctx *c, struct tw__engine *e, uint32_t self,
             FAIL(c, "list %#x holds ref %u, not a slot's", self, r);
             return n;
         }
-        if (++n > limit) {
+        if (++steps > limit) {
             FAIL(c, "list %#x does not close", self);
             return n;
         }
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
         if (en->link.prev != prev)
             FAIL(c, "slot %u: prev %u, expected %u", i, en->link.prev, prev);
-        if (!(*tw__pool_gen(&e->pool, i) & 3u))
-            FAIL(c, "slot %u is listed but free", i);
+        if (!(*tw__pool_gen(&e->pool, i) & 3u)) {
+            if (deferred(e, i))
+                c->dead_listed++;
+            else
+                FAIL(c, "slot %u is listed but free", i);
+            prev = r;
+            r = en->link.next;
+            continue;
+        }
+        n++;
         if (on_entry)
             on_entry(c, e, i, data);
         prev = r;
@@ -126,6 +149,37 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
 {
     uint64_t limit = (uint64_t)tw__pool_slots(&e->pool) + 1;
     uint64_t listed = 0, keyed = 0;
+
+    /* the deferred cancels (wheel.c, "Deferred unlink"): slots in range,
+     * each once, their generations a cancel's (free, never the wrapped 0:
+     * that slot is retired at once), each still in a list (the walks
+     * below count them), none on the free list */
+    c->e = e;
+    c->dead_listed = 0;
+    uint32_t ndefer = 0;
+    if (e->defer_pos >= TW__DEFER)
+        FAIL(c, "deferred cancels: position %u of %u", e->defer_pos, TW__DEFER);
+    for (uint32_t k = 0; k < TW__DEFER; k++) {
+        uint32_t i = e->defer[k];
+        if (i == TW__NIL)
+            continue;
+        ndefer++;
+        if (i >= tw__pool_slots(&e->pool)) {
+            FAIL(c, "deferred cancel %u names slot %u of %u", k, i, tw__pool_slots(&e->pool));
+            continue;
+        }
+        if (*tw__pool_gen(&e->pool, i) & 3u)
+            FAIL(c, "slot %u: its cancel is deferred but it is in use", i);
+        else if (!*tw__pool_gen(&e->pool, i))
+            FAIL(c, "slot %u: its cancel is deferred but its generation wrapped", i);
+        for (uint32_t q = 0; q < k; q++)
+            if (e->defer[q] == i)
+                FAIL(c, "slot %u is deferred twice", i);
+    }
+    /* tw__engine_settle's test */
+    if (ndefer && e->defer[(e->defer_pos - 1u) & (TW__DEFER - 1u)] == TW__NIL)
+        FAIL(c, "%u deferred cancels, but none just before position %u", ndefer,
+             e->defer_pos);
 
     /* the delay queue */
     for (uint32_t pos = 0; pos < e->dq.n; pos++) {
@@ -263,9 +317,12 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
                 break;
     }
     free(freeseen);
-    if (allocated + freecount + e->pool.retired != tw__pool_slots(&e->pool))
-        FAIL(c, "slots: %llu used + %llu free + %llu retired != %u",
-             (unsigned long long)allocated, (unsigned long long)freecount,
+    if (c->dead_listed != ndefer)
+        FAIL(c, "%u deferred cancels, %llu found in the lists", ndefer,
+             (unsigned long long)c->dead_listed);
+    if (allocated + freecount + ndefer + e->pool.retired != tw__pool_slots(&e->pool))
+        FAIL(c, "slots: %llu used + %llu free + %u deferred + %llu retired != %u",
+             (unsigned long long)allocated, (unsigned long long)freecount, ndefer,
              (unsigned long long)e->pool.retired, tw__pool_slots(&e->pool));
 
     /* fresh slots are taken only below fault_at, and that stays in the

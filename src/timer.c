@@ -618,12 +618,24 @@ static __attribute__((noinline)) int sub_emptied(struct tw__engine *e, uint32_t 
     return 0;
 }
 
+/* A plain task's cancel that wrapped its slot's generation to 0: unlinked
+ * at once, and the slot retired (never reused), not deferred. Returns 0. */
+static __attribute__((noinline)) int cancel_retire(struct tw__engine *e,
+                                                   struct tw__entry *en)
+{
+    e->pool.retired++;
+    tw__list_unlink(e, en);
+    return 0;
+}
+
 /* Cancels task (i, gen) of engine e, whose lock (if any) the caller holds:
  * the body of every cancel. Written out for the plain task, the common
  * case: 12 bytes of the entry read (links and generation; the id's
- * generation says whether it is a plain task), its two neighbours only
- * written. `threaded` is a constant where it is inlined (manual mode's
- * fast path passes 0: no bound, so nothing to release). */
+ * generation says whether it is a plain task); its unlink is deferred
+ * ("Deferred unlink" in wheel.c): its neighbours are prefetched now, and
+ * the task cancelled TW__DEFER cancels ago is unlinked instead. `threaded`
+ * is a constant where it is inlined (manual mode's fast path passes 0: no
+ * bound, so nothing to release). */
 static inline __attribute__((always_inline)) int
 cancel_task(tw_timer *t, struct tw__engine *e, uint32_t i, uint32_t gen, int threaded)
 {
@@ -635,20 +647,21 @@ cancel_task(tw_timer *t, struct tw__engine *e, uint32_t i, uint32_t gen, int thr
      * or an id made up to match a free slot (0) */
     if (__builtin_expect(!(gen & TW__GEN_PLAIN), 0))
         return (gen & TW__GEN_EXTRA) ? cancel_extra(t, e, i, en) : -ENOENT;
-    uint32_t n = en->link.next, pv = en->link.prev;
-    tw__pool_link(p, pv)->next = n; /* entries or list heads alike */
-    tw__pool_link(p, n)->prev = pv;
     e->cancelled++;
     if (threaded)
         tw__pending_release(t);
-    if (__builtin_expect((en->gen = gen + 3u) != 0, 1)) { /* next multiple of 4 */
-        tw__pool_push(p, i);
-    } else {
-        p->retired++; /* generation wrapped: never reuse the slot */
-    }
-    /* n == pv only when both are the sentinel of a list just emptied */
-    if (__builtin_expect(n == pv, 0))
-        return sub_emptied(e, n);
+    /* the next multiple of 4: the id is stale from now */
+    if (__builtin_expect((en->gen = gen + 3u) == 0, 0))
+        return cancel_retire(e, en);
+    __builtin_prefetch(tw__pool_link(p, en->link.prev), 1);
+    __builtin_prefetch(tw__pool_link(p, en->link.next), 1);
+    uint32_t pos = e->defer_pos, old = e->defer[pos], s;
+    e->defer[pos] = i;
+    e->defer_pos = (pos + 1u) & (TW__DEFER - 1u);
+    if (__builtin_expect(old == TW__NIL, 0)) /* the ring was not full */
+        return 0;
+    if (__builtin_expect(tw__defer_unlink(e, old, &s), 0))
+        return sub_emptied(e, s);
     return 0;
 }
 
@@ -878,6 +891,7 @@ int tw_advance(tw_timer *t, uint64_t now_ns)
 
 uint64_t tw__shard_next_ns(struct tw__engine *e)
 {
+    tw__engine_settle(e); /* a bucket of cancelled tasks is not due */
     if (tw__expired_first(e) != TW__EXPIRED_SENT)
         return e->now_ns;
     if (!e->dq.n)
@@ -896,6 +910,7 @@ int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns)
         struct tw__shard *sh = &t->shards[s];
         tw__shard_lock(t, sh);
         struct tw__engine *e = &sh->eng;
+        tw__engine_settle(e);
         if (e->dq.n || tw__expired_first(e) != TW__EXPIRED_SENT) {
             uint64_t v = tw__shard_next_ns(e);
             found = 1;
@@ -944,7 +959,8 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
     e->draining++;
     tw__wheel_collect_all(e);
     uint32_t r;
-    while ((r = tw__expired_first(e)) != TW__EXPIRED_SENT) {
+    /* settled each time: `each` runs unlocked and may cancel what is left */
+    while ((tw__engine_settle(e), r = tw__expired_first(e)) != TW__EXPIRED_SENT) {
         uint32_t i = tw__ref_slot(r);
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
         tw__list_unlink(e, en);
@@ -1075,6 +1091,7 @@ void tw_stats(tw_timer *t, struct tw_stats *s)
         struct tw__shard *sh = &t->shards[k];
         tw__shard_lock(t, sh);
         struct tw__engine *e = &sh->eng;
+        tw__engine_settle(e); /* queued_buckets, retired_slots: as settled */
         s->pending += tw__engine_pending(e);
         s->scheduled += e->scheduled;
         s->fired += e->fired;

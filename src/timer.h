@@ -138,6 +138,7 @@ static inline int tw__take_job(tw_timer *t, uint32_t si, uint64_t now,
                                struct tw__job *j)
 {
     struct tw__engine *e = &t->shards[si].eng;
+    tw__engine_settle(e); /* a callback may have cancelled the next task */
     uint32_t r = tw__expired_first(e);
     if (r == TW__EXPIRED_SENT)
         return -ENOENT;

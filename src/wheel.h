@@ -30,6 +30,10 @@
 #define TW__SUB_BITS 3u
 #define TW__SUBS (1u << TW__SUB_BITS)
 
+/* Plain cancels whose unlink waits: a power of two (see "Deferred unlink"
+ * in wheel.c). */
+#define TW__DEFER 16u
+
 struct tw__bucket {
     uint32_t heap_index; /* position in the delay queue or TW__NOT_QUEUED */
     uint32_t mask;       /* bit j set: list j is not empty */
@@ -67,6 +71,11 @@ struct tw__engine {
     struct tw__bucket *level[TW__MAX_LEVELS];
     struct tw__dq dq;
     struct tw__mem *mem;
+    /* Cancelled plain tasks still linked, in cancel order from defer_pos
+     * (TW__NIL where none): "Deferred unlink" in wheel.c. The slot
+     * before defer_pos holds one exactly when any is held. */
+    uint32_t defer[TW__DEFER];
+    uint32_t defer_pos;
 
     /* keyed and periodic tasks (extra.c) */
     struct tw__keymap keys;
@@ -103,13 +112,33 @@ static inline uint64_t tw__engine_pending(const struct tw__engine *e)
     return e->scheduled - e->cancelled - e->drained - e->completed;
 }
 
+void tw__engine_flush(struct tw__engine *e);
+
+/* Whether any cancel's unlink waits: the slot before defer_pos says. */
+TW__HOT int tw__engine_deferring(const struct tw__engine *e)
+{
+    return e->defer[(e->defer_pos - 1u) & (TW__DEFER - 1u)] != TW__NIL;
+}
+
+/* Unlinks every deferred cancel ("Deferred unlink" in wheel.c): what
+ * anything that walks, fires or counts the lists, or would take a fresh
+ * slot while a cancelled one waits, calls first. One load and a branch
+ * when none waits. */
+TW__HOT void tw__engine_settle(struct tw__engine *e)
+{
+    if (__builtin_expect(tw__engine_deferring(e), 0))
+        tw__engine_flush(e);
+}
+
 /* Rewinds the pool's free list (pool.h) when no slot is in use: no task
  * pending, none running, no drain under way. Called once an advance, after
  * its callbacks, where a count of zero means every slot has been put. */
 static inline void tw__engine_rewind_if_empty(struct tw__engine *e)
 {
-    if (!e->taken && !e->draining && tw__engine_pending(e) == 0)
+    if (!e->taken && !e->draining && tw__engine_pending(e) == 0) {
+        tw__engine_settle(e); /* the deferred cancels' slots, put first */
         tw__pool_rewind(&e->pool);
+    }
 }
 
 /* Sets the engine's time, and the room the schedule fast path checks. */
@@ -199,7 +228,19 @@ static inline int tw__wheel_reserve_level(struct tw__engine *e, uint64_t dt)
 static inline int tw__wheel_reserve(struct tw__engine *e, uint64_t dt)
 {
     int rc = tw__wheel_reserve_level(e, dt);
-    return rc ? rc : tw__pool_reserve(&e->pool, e->mem);
+    if (rc)
+        return rc;
+    rc = tw__pool_reserve(&e->pool, e->mem);
+    /* The pool at its limit, or no memory to grow it: the deferred
+     * cancels' slots, freed now, make the room, so that a cancel always
+     * does. Short of that the pool grows while they wait: settled here
+     * each time instead, a pool exactly full would flush a ring of one at
+     * every schedule and never let it fill. */
+    if (__builtin_expect(rc != 0, 0) && tw__engine_deferring(e)) {
+        tw__engine_flush(e);
+        rc = tw__pool_reserve(&e->pool, e->mem);
+    }
+    return rc;
 }
 
 /* Makes sure that a periodic task can always be re-armed without
@@ -227,6 +268,23 @@ TW__HOT void tw__list_append(struct tw__engine *e, uint32_t s,
     en->link.prev = tail;
     tw__link_at(e, tail)->next = r;
     head->prev = r;
+}
+
+/* Unlinks deferred slot i (its cancel's generation already set: never 0,
+ * see cancel_task) and puts it on the free list. Returns 1 when that left
+ * its list empty, whose sentinel is then *s (the caller calls
+ * tw__wheel_sub_emptied), else 0. */
+TW__HOT int tw__defer_unlink(struct tw__engine *e, uint32_t i, uint32_t *s)
+{
+    struct tw__pool *p = &e->pool;
+    struct tw__entry *en = tw__pool_entry(p, i);
+    uint32_t n = en->link.next, pv = en->link.prev;
+    tw__pool_link(p, pv)->next = n; /* entries or list heads alike */
+    tw__pool_link(p, n)->prev = pv;
+    tw__pool_push(p, i);
+    *s = n;
+    /* n == pv only when both are the sentinel of a list just emptied */
+    return n == pv;
 }
 
 /* Unlinks an entry from whatever list holds it; a bucket left empty leaves

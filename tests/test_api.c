@@ -263,6 +263,79 @@ static void test_cancel(void **state)
     tw_destroy(t);
 }
 
+/* A cancel's unlink waits in a ring of 16 (wheel.c, "Deferred unlink"),
+ * which no caller may see: across more cancels than the ring holds, with
+ * some left in it at each step, the next deadline, the pending count, the
+ * queued buckets, a drain and the firings are those of the tasks not
+ * cancelled, and the cancelled ids stay refused. */
+struct drain_pair {
+    tw_id pair[2];
+    int handed;
+};
+
+/* Hands back one of the pair and cancels the other, not yet handed back. */
+static void drain_cancel_each(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg; /* the task's own */
+    struct drain_pair *dp = tw_drain_arg(t);
+    if (dp->handed++)
+        return;
+    assert_true(id == dp->pair[0] || id == dp->pair[1]);
+    assert_int_equal(tw_cancel(t, id == dp->pair[0] ? dp->pair[1] : dp->pair[0]), 0);
+}
+
+static void test_cancel_deferred_unseen(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    enum { N = 50 };
+    int fired[N] = { 0 };
+    tw_id ids[N];
+    for (int k = 0; k < N; k++) /* task k due at k + 1 ms, a bucket each */
+        assert_int_equal(tw_schedule(t, (uint64_t)(k + 1) * MS, count_fn, &fired[k], &ids[k]),
+                         0);
+    /* cancel the earliest one at a time, 41 of them: each time, the next
+     * deadline is the next survivor's */
+    for (int k = 0; k < 41; k++) {
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+        assert_int_equal(tw_cancel(t, ids[k]), -ENOENT);
+        uint64_t d;
+        assert_int_equal(tw_next_deadline(t, &d), 0);
+        assert_int_equal(d, (uint64_t)(k + 2) * MS);
+        assert_int_equal(tw_pending(t), (size_t)(N - k - 1));
+        assert_check(t);
+    }
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.queued_buckets, N - 41);
+    /* a stale id is refused by every call that takes one */
+    uint64_t d;
+    assert_int_equal(tw_deadline(t, ids[3], &d), -ENOENT);
+    assert_int_equal(tw_reschedule(t, ids[3], MS), -ENOENT);
+    /* the last nine fire, and only they */
+    assert_int_equal(tw_advance(t, N * MS), N - 41);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(fired[k], k >= 41);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+
+    /* a drain's callback cancels a task not yet handed back: it is not */
+    tw_id a;
+    int fa = 0, fb = 0;
+    struct drain_pair dp = { { 0, 0 }, 0 };
+    assert_int_equal(tw_schedule(t, SEC, count_fn, &fa, &a), 0);
+    assert_int_equal(tw_schedule(t, SEC, count_fn, &fb, &dp.pair[0]), 0);
+    assert_int_equal(tw_schedule(t, 2 * SEC, count_fn, &fb, &dp.pair[1]), 0);
+    assert_int_equal(tw_cancel(t, a), 0); /* deferred: still listed */
+    assert_int_equal(tw_drain(t, drain_cancel_each, &dp), 1);
+    assert_int_equal(dp.handed, 1);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(fa + fb, 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_reschedule(void **state)
 {
     (void)state;
@@ -1356,6 +1429,7 @@ int main(void)
         cmocka_unit_test(test_overflow_clamps_and_far_future),
         cmocka_unit_test(test_clock_backwards),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_cancel_deferred_unseen),
         cmocka_unit_test(test_reschedule),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_order_across_levels),

@@ -56,6 +56,10 @@ static int setup(void **state)
     for (int k = 0; k < 10; k++)
         assert_int_equal(tw_cancel(f.t, f.fr[k]), 0);
     assert_true(f.e->dq.n >= 3);
+    /* the eleven cancels wait in the ring, still listed (wheel.c,
+     * "Deferred unlink"): the timer checks clean so, and once settled */
+    assert_check(f.t);
+    tw__engine_settle(f.e);
     assert_check(f.t);
     *state = &f;
     return 0;
@@ -213,6 +217,37 @@ static void test_listed_but_free(void **state)
 {
     struct fixture *f = *state;
     BREAK(GEN(f->mid), GEN(f->mid) & ~3u, "is listed but free");
+}
+
+/* The ring of deferred cancels (wheel.c, "Deferred unlink"): two
+ * cancels wait in it, still listed. */
+static void test_deferred_cancels(void **state)
+{
+    struct fixture *f = *state;
+    tw_id a, b;
+    assert_int_equal(tw_schedule(f->t, 30 * MS, noop_fn, NULL, &a), 0);
+    assert_int_equal(tw_schedule(f->t, 31 * MS, noop_fn, NULL, &b), 0);
+    uint32_t pos = f->e->defer_pos;
+    assert_int_equal(tw_cancel(f->t, a), 0);
+    assert_int_equal(tw_cancel(f->t, b), 0);
+    assert_check(f->t);
+    uint32_t *r = f->e->defer;
+    uint32_t ka = pos, kb = (pos + 1) & (TW__DEFER - 1u);
+    assert_int_equal(r[ka], SLOT(a));
+    assert_int_equal(r[kb], SLOT(b));
+    BREAK(r[ka], TW__NIL, "is listed but free");                  /* forgotten */
+    BREAK(r[ka], SLOT(f->mid), "deferred but it is in use");     /* a live task */
+    BREAK(r[ka], SLOT(b), "deferred twice");
+    BREAK(r[ka], tw__pool_slots(&f->e->pool), "names slot");
+    BREAK(r[kb], TW__NIL, "none just before position");          /* settle's test */
+    BREAK(f->e->defer_pos, TW__DEFER, "position");
+    BREAK(GEN(a), 0u, "generation wrapped");
+    BREAK(GEN(a), GEN(a) + 1u, "deferred but it is in use");
+    BREAK(f->e->pool.spare, SLOT(a), "unlink is deferred"); /* also free */
+    tw__engine_settle(f->e);
+    assert_int_equal(r[ka], TW__NIL);
+    assert_int_equal(r[kb], TW__NIL);
+    assert_check(f->t);
 }
 
 static void test_taken_count(void **state)
@@ -532,6 +567,7 @@ static void test_rewound_free_list(void **state)
         assert_int_equal(tw_schedule(f->t, SEC, noop_fn, NULL, &ids[k]), 0);
     assert_int_equal(tw_cancel(f->t, ids[1]), 0); /* the spare */
     assert_int_equal(tw_cancel(f->t, ids[2]), 0); /* a block, on the rewound end */
+    tw__engine_settle(f->e); /* the deferred unlinks done, oldest first */
     assert_int_equal(p->spare, SLOT(ids[1]));
     assert_int_equal(p->free_head, SLOT(ids[2]));
     assert_int_equal(p->rewound, 5);
@@ -593,6 +629,7 @@ int main(void)
         T(test_generation_state),
         T(test_free_slot_in_use),
         T(test_listed_but_free),
+        T(test_deferred_cancels),
         T(test_taken_count),
         T(test_key_map),
         T(test_level_limits),

@@ -46,6 +46,7 @@ static uint32_t age_slot(tw_timer *t, tw_id id)
     struct tw__shard *sh = &t->shards[si];
     tw__shard_lock(t, sh);
     struct tw__pool *p = &sh->eng.pool;
+    tw__engine_settle(&sh->eng); /* the cancel's unlink, deferred until now */
     assert_int_equal(p->spare, slot);
     assert_int_equal(p->entries[slot].gen & 3u, 0); /* free */
     p->entries[slot].gen = LAST_FREE_GEN;
@@ -357,6 +358,38 @@ static void test_slot_limit(void **state)
     tw_destroy(t);
 }
 
+/* The deferred cancels (wheel.c, "Deferred unlink") at steady churn: the
+ * ring fills and stays full, each cancel then freeing the slot of the one
+ * TW__DEFER before it, which the next schedule takes; the pool holds at
+ * most TW__DEFER slots more than the tasks pending. With the pending count
+ * exactly the pool's capacity, too: settling there at each schedule would
+ * keep a ring of one (an eager cancel by the slow path). At a slot limit
+ * the ring gives its slots back instead (test_slot_limit). */
+static void test_deferred_ring_fills(void **state)
+{
+    (void)state;
+    for (uint32_t n = 1000; n <= 1024; n += 24) {
+        struct fake_clock c;
+        tw_timer *t = mk(&c);
+        struct tw__engine *e = &t->shards[0].eng;
+        tw_id ids[1024];
+        for (uint32_t k = 0; k < n; k++)
+            assert_int_equal(tw_schedule(t, (1 + k % 5000) * MS, noop_fn, NULL, &ids[k]), 0);
+        uint32_t used = e->pool.used;
+        for (uint32_t k = 0; k < 5 * n; k++) { /* cancel the oldest, add one */
+            assert_int_equal(tw_cancel(t, ids[k % n]), 0);
+            assert_int_equal(tw_schedule(t, (1 + k % 7000) * MS, noop_fn, NULL, &ids[k % n]), 0);
+            if (k >= TW__DEFER)
+                for (uint32_t j = 0; j < TW__DEFER; j++)
+                    assert_int_not_equal(e->defer[j], TW__NIL);
+        }
+        assert_true(e->pool.used <= used + TW__DEFER);
+        assert_int_equal(tw_pending(t), n);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 /* The free list (pool.h: a spare, then blocks kept inside free entries):
  * for every count of slots freed, across block boundaries, the schedules
  * that follow take exactly the slots freed (the pool does not grow): the
@@ -386,6 +419,9 @@ static void test_free_list_blocks(void **state)
                     assert_int_equal(tw_cancel(t, ids[j]), 0);
                     assert_check(t);
                 }
+                /* the unlinks deferred (wheel.c) done, oldest first: the
+                 * free list as the cancels would have left it at once */
+                tw__engine_settle(&t->shards[0].eng);
             }
             for (uint32_t j = 0; j < k; j++)
                 freed[tw__id_slot(t, ids[j])] = 1;
@@ -457,6 +493,8 @@ static void test_free_list_rewinds(void **state)
     assert_int_equal(tw_cancel(t, ids[10]), 0);
     assert_int_equal(tw_cancel(t, ids[20]), 0);
     assert_int_equal(tw_cancel(t, ids[30]), 0);
+    assert_check(t);
+    tw__engine_settle(&t->shards[0].eng); /* their deferred unlinks */
     assert_check(t);
     const uint32_t order[] = { 10, 30, 20, HALF };
     for (int k = 0; k < 4; k++) {
@@ -1002,6 +1040,7 @@ int main(void)
         cmocka_unit_test(test_populate_chunks),
         cmocka_unit_test(test_pool_populates_ahead),
         cmocka_unit_test(test_slot_limit),
+        cmocka_unit_test(test_deferred_ring_fills),
         cmocka_unit_test(test_keymap_wrapped_run),
         cmocka_unit_test(test_watch_list_cannot_wrap),
     };
