@@ -220,7 +220,13 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
         rc = tw__engine_init(&sh->eng, &sh->mem, o.tick_ns, o.wheel_size,
                              now, max_slots);
         if (!rc && o.capacity) {
-            uint64_t per = (o.capacity + t->nshards - 1) / t->nshards;
+            /* and room for the cancels whose unlink waits (wheel.c,
+             * "Deferred unlink"), so that churn at capacity never grows
+             * the pool; at a shard's limit the ring gives its slots back
+             * instead (tw__wheel_reserve) */
+            uint64_t per = (o.capacity + t->nshards - 1) / t->nshards + TW__DEFER;
+            if (per > max_slots)
+                per = max_slots;
             if ((rc = tw__pool_grow_to(&sh->eng.pool, &sh->mem, per)))
                 tw__engine_destroy(&sh->eng);
         }
