@@ -109,7 +109,9 @@ struct tw_options {
                                      4 .. 64 */
     uint64_t capacity;            /* tasks to make room for at creation
                                      (0 = grow on demand; threaded: shared
-                                     out over the shards). A full pool
+                                     out over the shards), and for the 16
+                                     cancels a shard whose slots wait to
+                                     be reused (tw_cancel). A full pool
                                      doubles: with the default allocator
                                      a pool of 1 MiB or more is mapped
                                      directly and grows by mremap (its
@@ -260,7 +262,13 @@ TW_API int tw_deadline(tw_timer *t, tw_id id, uint64_t *deadline_ns);
  * for a periodic task running its callback right now: it will not run
  * again; threaded, a periodic task the driver has taken but whose callback
  * has not started does not run), -ENOENT if it already fired, was
- * cancelled, or never existed, -EINVAL if t is NULL. O(1). */
+ * cancelled, or never existed, -EINVAL if t is NULL. O(1). The id is
+ * stale, and the task gone from tw_pending, tw_next_deadline and every
+ * other call, at once; the slot of a plain task goes back to be reused
+ * 16 cancels later (or when the timer next fires, drains or needs it):
+ * its unlink waits so that its neighbours' cache lines can come in
+ * meanwhile. A timer thus holds up to 16 slots (36 bytes each) per shard
+ * beyond its pending tasks. */
 TW_API int tw_cancel(tw_timer *t, tw_id id);
 
 /* Schedules a task under a key (a byte string, copied). A pending task
