@@ -113,22 +113,30 @@
  * misses, the last two stores that wait for the first. So a plain cancel
  * makes the id stale at once (the generation moves on: any later use of it
  * is refused) and counts the task gone, but leaves it linked: it
- * prefetches both neighbours for writing and puts the slot in a ring of
- * TW__DEFER (16); the unlink, and the slot's return to the free list, is
- * done by the cancel TW__DEFER later, when the neighbours' lines have come
- * in, reading the links as they are then (a neighbour unlinked meanwhile
- * has already been stepped over). W1 at 10^6, A/B: 15-25% less time a
- * pair (benchmarks/results/history.md). Until then the dead task sits in
- * its list, and every reader of the lists or the queue that would mistake
- * it for a live one settles first (tw__engine_settle: all of them
- * unlinked, oldest first): a collection, the taking of each expired task
- * (a callback may have cancelled the next), a drain, the next deadline,
- * the pool's rewind, a schedule that needs a slot other than the spare,
- * tw_stats. A cascade may move a dead task down a level meanwhile;
- * harmless, it stays linked where the ring finds it. tw_check checks the
- * ring and counts its tasks apart. Cost: up to 16 slots a shard held a
- * little longer, and ~20 instructions a cancel, which hot caches do not
- * repay (W1 at 10^4 and W1r, where the task is recent, ~1-2 ns more).
+ * prefetches both neighbours and puts the slot in a ring of TW__DEFER
+ * (16); the unlink, and the slot's return to the free list, is done by
+ * the cancel TW__DEFER later, when the neighbours' lines have come in,
+ * reading the links as they are then (a neighbour unlinked meanwhile has
+ * already been stepped over). W1 at 10^6, A/B: 15% less time a pair in
+ * manual mode, 29% threaded (benchmarks/results/history.md). Until then
+ * the dead task sits in its list, and every reader of the lists or the
+ * queue that would take it for a live one settles first
+ * (tw__engine_settle: all of them unlinked, oldest first): a collection,
+ * the taking of each expired task (a callback may have cancelled the
+ * next), a drain, the next deadline, the pool's rewind, tw_stats. (So an
+ * event loop that asks tw_next_deadline at every turn settles at every
+ * turn: the overlap then spans one turn's cancels.) A cascade may move a
+ * dead task down a level meanwhile; harmless, it stays linked where the
+ * ring finds it. A full pool grows rather than settle (settling there, a
+ * pool exactly full would flush a ring of one at every schedule); only
+ * where it cannot grow (a shard's limit, no memory) does the ring give
+ * its slots back first, so that a cancel always makes room. A cancel that
+ * wraps a slot's generation retires it at once instead. tw_check checks
+ * the ring and counts its tasks apart. Cost: up to 16 slots a shard held
+ * a little longer, and ~17 instructions a W1 pair (141 -> 158), which hot
+ * caches do not repay: ~1-2 ns more a pair where the task is recent (W1r)
+ * or the timer small (W1 at 10^4), and nothing gained where each add
+ * reads the clock in manual mode (W1+clock).
  */
 #include <errno.h>
 #include <string.h>
