@@ -27,8 +27,12 @@
  *
  * Its cancel unlinks at once, as twheel's did when the model was written;
  * twheel's has deferred the unlink since 2026-11-24 (src/wheel.c,
- * "Deferred unlink"), which the model does not copy: compare it with the
- * floor's eager row, not with twheel's figures of since.
+ * "Deferred unlink"), which the model does not copy, and an API of
+ * caller-owned tasks cannot: once cancel returns, the caller may free or
+ * reuse its object, so nothing may stay linked to it. The deferral needs
+ * the library to own the entry, which the ids give it. Compare the model
+ * with the floor's eager row; against twheel's figures of since, it
+ * says what the ids cost less what the deferral they allow gains.
  *
  * It measures what the ids cost, so that a change of API can be weighed
  * against the W1 targets before it is built. It is not twheel. */
