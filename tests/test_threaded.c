@@ -1023,6 +1023,51 @@ static void test_threaded_misc(void **state)
     tw_destroy(t);
 }
 
+/* Under max_pending, a threaded cancel gives its task's place back at
+ * once, though its unlink waits in the ring (wheel.c, "Deferred unlink"):
+ * the next schedule fits, and the one after is refused again. The bound
+ * counts across shards, so each id lands where it may. */
+static void test_threaded_cancel_releases_bound(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    atomic_init(&c.now, 5 * SEC);
+    atomic_init(&c.reads, 0);
+    struct tw_options o;
+    tw_options_init(&o);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &c;
+    o.threaded = 1;
+    o.max_pending = 2;
+    o.shards = 4;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    tw_id a, b, x;
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &a), 0);
+    assert_int_equal(tw_schedule(t, 2 * SEC, noop_fn, NULL, &b), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -EAGAIN);
+    for (int round = 0; round < 20; round++) { /* past one ring's worth */
+        assert_int_equal(tw_cancel(t, a), 0);
+        assert_int_equal(tw_pending(t), 1);
+        assert_int_equal(tw_cancel(t, a), -ENOENT); /* once only */
+        assert_int_equal(tw_pending(t), 1);
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &a), 0);
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &x), -EAGAIN);
+        assert_int_equal(tw_pending(t), 2);
+    }
+    assert_check(t);
+    uint64_t d;
+    assert_int_equal(tw_deadline(t, b, &d), 0);
+    assert_int_equal(d, 7 * SEC);
+    assert_int_equal(tw_drain(t, NULL, NULL), 2);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -EAGAIN);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_thread_names(void **state)
 {
     (void)state;
@@ -1339,6 +1384,7 @@ int main(void)
         cmocka_unit_test(test_drain_fires_nothing_early),
         cmocka_unit_test(test_drain_during_dispatch),
         cmocka_unit_test(test_threaded_misc),
+        cmocka_unit_test(test_threaded_cancel_releases_bound),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
         cmocka_unit_test(test_threads_block_signals),
