@@ -177,7 +177,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
                 FAIL(c, "slot %u is deferred twice", i);
     }
     /* tw__engine_settle's test */
-    if (ndefer && e->defer[(e->defer_pos - 1u) & (TW__DEFER - 1u)] == TW__NIL)
+    if (ndefer && !tw__engine_deferring(e))
         FAIL(c, "%u deferred cancels, but none just before position %u", ndefer,
              e->defer_pos);
 

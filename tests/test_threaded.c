@@ -976,21 +976,29 @@ static void test_drain_during_dispatch(void **state)
     tw_destroy(t);
 }
 
-static void test_threaded_misc(void **state)
+/* A threaded timer of 4 shards at most 2 tasks pending (max_pending), on
+ * clock c, which reads 5 s. */
+static tw_timer *bounded_threaded(struct atomic_clock *c)
 {
-    (void)state;
-    struct atomic_clock c;
-    atomic_init(&c.now, 5 * SEC);
-    atomic_init(&c.reads, 0);
+    atomic_init(&c->now, 5 * SEC);
+    atomic_init(&c->reads, 0);
     struct tw_options o;
     tw_options_init(&o);
     o.clock = atomic_clock_read;
-    o.clock_ctx = &c;
+    o.clock_ctx = c;
     o.threaded = 1;
     o.max_pending = 2;
     o.shards = 4;
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);
+    return t;
+}
+
+static void test_threaded_misc(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = bounded_threaded(&c);
     tw_id a, b;
     assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &a), 0);
     assert_int_equal(tw_schedule_keyed(t, "key", 3, SEC, noop_fn, NULL, &b), 0);
@@ -1014,6 +1022,7 @@ static void test_threaded_misc(void **state)
     tw_destroy(t);
 
     /* options that need threaded mode */
+    struct tw_options o;
     tw_options_init(&o);
     o.shards = 2;
     assert_int_equal(tw_create(&t, &o), -EINVAL);
@@ -1031,17 +1040,7 @@ static void test_threaded_cancel_releases_bound(void **state)
 {
     (void)state;
     struct atomic_clock c;
-    atomic_init(&c.now, 5 * SEC);
-    atomic_init(&c.reads, 0);
-    struct tw_options o;
-    tw_options_init(&o);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = &c;
-    o.threaded = 1;
-    o.max_pending = 2;
-    o.shards = 4;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = bounded_threaded(&c);
     tw_id a, b, x;
     assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &a), 0);
     assert_int_equal(tw_schedule(t, 2 * SEC, noop_fn, NULL, &b), 0);
