@@ -1078,9 +1078,14 @@ static int w4_child(const char *name, size_t n)
     for (size_t k = 0; k < n; k++)
         ops->add(&be, delays[k], &g_dummy, &handle_sink);
     uint64_t after = rss_bytes();
-    printf("%.3f %.3f\n", (double)(after - before) / (double)n,
-           (double)ops->own_bytes(&be) / (double)n);
-    ops->close(&be); /* measured already; freed so that LeakSanitizer stays quiet */
+    double own = (double)ops->own_bytes(&be) / (double)n;
+    /* the teardown with every timer still pending: what a server pays to
+     * close a timer it never emptied */
+    double c0 = bench_thread_cpu();
+    ops->close(&be);
+    double c1 = bench_thread_cpu();
+    printf("%.3f %.3f %.3f\n", (double)(after - before) / (double)n, own,
+           (c1 - c0) * 1e9 / (double)n);
     free(delays);
     return 0;
 }
@@ -1089,8 +1094,9 @@ static void run_w4(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
     printf("\nW4 memory: %zu pending timers (1 s .. 1 h); RSS growth in a fresh child process\n", n);
-    printf("    %-11s %14s %16s\n", "", "RSS B/timer", "own B/timer");
-    struct result r[NBACKENDS];
+    printf("  close: thread CPU to close the back end with them all pending, ns per timer\n");
+    printf("    %-11s %14s %16s %16s\n", "", "RSS B/timer", "own B/timer", "close ns/timer");
+    struct result r[NBACKENDS], rc[NBACKENDS];
     int nr = 0;
     for (size_t b = 0; b < NBACKENDS; b++) {
         const struct backend_ops *ops = all_backends[b];
@@ -1100,19 +1106,21 @@ static void run_w4(void)
          * process still holds would otherwise be reused unseen */
         char cmd[1024];
         snprintf(cmd, sizeof cmd, "'%s' --w4-child %s %zu", self_exe, ops->name, n);
-        double res[2] = { 0, 0 };
+        double res[3] = { 0, 0, 0 };
         fflush(stdout);
         FILE *pf = popen(cmd, "r");
-        if (!pf || fscanf(pf, "%lf %lf", &res[0], &res[1]) != 2)
-            res[0] = res[1] = 0;
+        if (!pf || fscanf(pf, "%lf %lf %lf", &res[0], &res[1], &res[2]) != 3)
+            res[0] = res[1] = res[2] = 0;
         if (pf)
             pclose(pf);
-        printf("    %-11s %14.1f %16.1f\n", ops->name, res[0], res[1]);
-        r[nr].be = ops->name;
+        printf("    %-11s %14.1f %16.1f %16.1f\n", ops->name, res[0], res[1], res[2]);
+        r[nr].be = rc[nr].be = ops->name;
+        rc[nr].v = res[2];
         r[nr++].v = res[0];
         csv_row("W4", ops->name, n, "own_bytes_per_timer", res[1], 0);
     }
     print_ratios("W4", "rss_bytes_per_timer", n, r, nr, "B/timer", 1);
+    print_ratios("W4close", "close_ns_per_timer", n, rc, nr, "ns/timer", 1);
 }
 
 /* ---- W5: producers through the threaded API --------------------------- */

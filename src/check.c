@@ -254,7 +254,7 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     keyed += px.keyed;
 
     /* slots: allocated = listed + running periodic tasks */
-    uint64_t allocated = 0, running = 0, running_live = 0, freecount = 0;
+    uint64_t allocated = 0, running = 0, running_live = 0, freecount = 0, extras = 0;
     for (uint32_t i = 0; i < tw__pool_slots(&e->pool); i++) {
         uint32_t g = *tw__pool_gen(&e->pool, i);
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
@@ -265,11 +265,15 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         allocated++;
         if (((g & 3u) == TW__GEN_EXTRA) != (en->fn == tw__extra_marker))
             FAIL(c, "slot %u: generation %#x disagrees with its callback", i, g);
+        extras += (uint64_t)tw__is_extra(en);
         if (tw__is_extra(en) && ((struct tw__extra *)en->arg)->state != TW__X_IDLE) {
             running++;
             running_live += (uint64_t)tw__extra_live(en->arg);
         }
     }
+    if (extras != e->extras)
+        FAIL(c, "%llu slots hold keyed or periodic tasks, %llu extra records counted",
+             (unsigned long long)extras, (unsigned long long)e->extras);
     if (running != e->taken)
         FAIL(c, "%llu periodic tasks running or waiting to, %u counted",
              (unsigned long long)running, e->taken);

@@ -25,6 +25,7 @@ struct tw__extra *tw__extra_get(struct tw__engine *e)
     else if (!(x = tw__alloc(e->mem, sizeof(*x))))
         return NULL;
     memset(x, 0, sizeof(*x));
+    e->extras++;
     return x;
 }
 
@@ -38,6 +39,7 @@ static void key_release(struct tw__engine *e, struct tw__extra *x)
 void tw__extra_put(struct tw__engine *e, struct tw__extra *x)
 {
     key_release(e, x);
+    e->extras--;
     x->next_free = e->extra_free;
     e->extra_free = x;
 }

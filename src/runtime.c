@@ -487,12 +487,12 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o)
     return rc;
 }
 
-int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
+/* tw_stop's body. With drain 0 (tw_destroy's stop) the shards keep their
+ * pending tasks, which free_shards (timer.c) then frees with the pool,
+ * walking only a shard whose tasks hold memory of their own; the count
+ * returned leaves them out. */
+static int stop_runtime(tw_timer *t, tw_fn unfired, void *arg, int drain)
 {
-    if (!t || !t->threaded || !t->rt)
-        return -EINVAL;
-    if (tls_timer == t)
-        return -EDEADLK; /* a callback cannot wait for itself */
     struct tw__runtime *rt = t->rt;
     if (atomic_exchange(&t->stopped, 1))
         return -EALREADY;
@@ -530,11 +530,20 @@ int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
     }
 
     size_t n = 0;
-    for (uint32_t s = 0; s < t->nshards; s++)
+    for (uint32_t s = 0; drain && s < t->nshards; s++)
         n += tw__drain_shard(t, s, unfired);
     uint64_t total = atomic_load(&rt->handed) + n;
     tw__drain_leave(&c);
     return total > INT_MAX ? INT_MAX : (int)total;
+}
+
+int tw_stop(tw_timer *t, tw_fn unfired, void *arg)
+{
+    if (!t || !t->threaded || !t->rt)
+        return -EINVAL;
+    if (tls_timer == t)
+        return -EDEADLK; /* a callback cannot wait for itself */
+    return stop_runtime(t, unfired, arg, 1);
 }
 
 int tw_wake(tw_timer *t)
@@ -567,7 +576,7 @@ void tw__runtime_free(tw_timer *t)
         /* still running (tw_destroy without tw_stop): stop, dropping what
          * is pending */
         atomic_store(&t->stopped, 0);
-        tw_stop(t, NULL, NULL);
+        stop_runtime(t, NULL, NULL, 0);
     }
     pthread_mutex_destroy(&rt->mu);
     pthread_cond_destroy(&rt->cv);

@@ -80,6 +80,10 @@ struct tw__engine {
     /* keyed and periodic tasks (extra.c) */
     struct tw__keymap keys;
     struct tw__extra *extra_free;
+    uint64_t extras;         /* records out of extra_free: one for each
+                                slot in use by a keyed or periodic task.
+                                While 0, a destroy frees the pool whole
+                                instead of walking every list (timer.c) */
     uint32_t draining;       /* drains of this engine under way: while one
                                 runs a callback (unlocked), every task it
                                 has yet to hand back waits on the expired

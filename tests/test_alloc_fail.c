@@ -281,6 +281,64 @@ static long create_fails_cleanly(struct tw_options o)
     }
 }
 
+/* tw_destroy with tasks still pending returns every block: plain tasks
+ * go with the pool (destroy frees it whole when no task holds an extra
+ * record), and keyed (long keys live in blocks of their own) and periodic
+ * tasks are released one by one. Each shape is destroyed with the tasks
+ * that hold memory pending, then after they have all gone, so that both of
+ * destroy's ways are taken; the timer's own count of extra records is
+ * checked by tw_check on the way. */
+static void destroy_pending(int threaded, int extras_left)
+{
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 8);
+    o.allocator = counting(&a);
+    if (threaded) {
+        o.threaded = 1;
+        o.shards = 2;
+    }
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    for (int k = 0; k < 3000; k++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(k % 500 + 1) * SEC, noop_fn, NULL, NULL), 0);
+    char key[64];
+    tw_id every[20];
+    for (int k = 0; k < 20; k++) {
+        memset(key, 'k', sizeof key);
+        snprintf(key, sizeof key, "%d", k);
+        /* longer than a record holds inline: the key has a block */
+        assert_int_equal(tw_schedule_keyed(t, key, sizeof key, (uint64_t)(k + 1) * SEC,
+                                           noop_fn, NULL, NULL), 0);
+        assert_int_equal(tw_schedule_every(t, SEC, (uint64_t)(k + 1) * SEC, TW_FIXED_RATE,
+                                           noop_fn, NULL, &every[k]), 0);
+    }
+    long with_extras = a.live;
+    if (!extras_left) {
+        for (int k = 0; k < 20; k++) {
+            memset(key, 'k', sizeof key);
+            snprintf(key, sizeof key, "%d", k);
+            assert_int_equal(tw_cancel_keyed(t, key, sizeof key), 0);
+            assert_int_equal(tw_cancel(t, every[k]), 0);
+        }
+        assert_true(a.live < with_extras); /* the long keys' blocks went */
+    }
+    assert_int_equal(tw_check(t, NULL), 0);
+    assert_int_equal(tw_pending(t), extras_left ? 3040 : 3000);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+    assert_int_equal(a.bytes, 0);
+}
+
+static void test_destroy_returns_every_block(void **state)
+{
+    (void)state;
+    destroy_pending(0, 1);
+    destroy_pending(0, 0);
+    destroy_pending(1, 1);
+    destroy_pending(1, 0);
+}
+
 static void test_create_fails_cleanly(void **state)
 {
     (void)state;
@@ -305,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_every_allocation_fails_cleanly_threaded),
         cmocka_unit_test(test_periodic_reschedule_fails_cleanly),
         cmocka_unit_test(test_periodic_rearm_allocates_nothing),
+        cmocka_unit_test(test_destroy_returns_every_block),
     };
     return cmocka_run_group_tests_name("alloc_fail", tests, NULL, NULL);
 }
