@@ -208,9 +208,10 @@ TW_API int tw_create(tw_timer **out, const struct tw_options *o);
  * the entry pool, freed whole (a few ns a task: its share of the pages
  * unmapped); while keyed or periodic tasks (which hold records and keys
  * of their own) are pending in a shard, that shard walks every task it
- * holds, a cache miss each (171 to 178 ns a task at 10^6 pending on the
- * VM of benchmarks/results/history.md, "A destroy frees plain tasks
- * whole"; 3 to 5 ns without the walk: twheel-bench's W4 close column).
+ * holds, a cache miss each (171 to 201 ns a task at 10^6 pending on the
+ * VM of benchmarks/results/history.md, "Rounds on a fifth host, and a
+ * destroy that frees plain tasks whole"; 3 to 6 ns without the walk:
+ * twheel-bench's W4 close column).
  * Must not be called from a callback of the same timer (a firing, a
  * drain's `each`, tw_stop's `unfired`): the loop running the callback
  * would go on over freed memory, and a void call cannot report it, so it
