@@ -15,7 +15,8 @@
  *       held through both, as a server's timer never empties; with
  *       --w2-emptied, "W2emptied" again with none held); each row
  *       the median of --reps runs, its lateness extremes the worst of
- *       them. Then the
+ *       them; then what a fresh page of memory costs on this host (the
+ *       gap between cold and warm, where it is the host's). Then the
  *       same on a simulated clock (1 ms steps, no sleeping): the back
  *       end's own work, its longest advance, and what one sleep costs.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
@@ -44,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -821,6 +823,63 @@ static double w2_row(const struct backend_ops *ops, size_t n, int warm, int reps
     return o.cpu_per_million;
 }
 
+/* What fresh memory costs a process on the host at hand, per 4 KiB page:
+ * faulted in by a first write, and made resident ahead by
+ * madvise(MADV_POPULATE_WRITE) (what twheel's pool does, 128 KiB a call)
+ * with the time its first write then still takes. On most hosts that
+ * first write is free; on some paravirtualised ones (a hypervisor that
+ * backs guest memory lazily, or takes back what the guest frees) it costs
+ * microseconds the guest cannot see as a fault. Cold W2 pays it for every
+ * page its back ends' memory takes; warm W2 reuses memory and does not.
+ * Thread CPU, 16 MiB each way, the median of 3. */
+struct page_cost {
+    double fault_us, populate_us, first_write_us; /* < 0: not measured */
+};
+
+static struct page_cost fresh_page_cost(void)
+{
+    const size_t size = (size_t)16 << 20, chunk = (size_t)128 << 10;
+    const long psz = sysconf(_SC_PAGESIZE);
+    const double pages = (double)size / (double)psz;
+    double f[3], pop[3], w[3];
+    struct page_cost c = { -1, -1, -1 };
+    for (int rep = 0; rep < 3; rep++) {
+        volatile char *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return c;
+        double t0 = bench_thread_cpu();
+        for (size_t o = 0; o < size; o += (size_t)psz)
+            m[o] = 1;
+        f[rep] = (bench_thread_cpu() - t0) * 1e6 / pages;
+        munmap((void *)m, size);
+        pop[rep] = w[rep] = -1;
+#ifdef MADV_POPULATE_WRITE
+        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return c;
+        int ok = 1;
+        t0 = bench_thread_cpu();
+        for (size_t o = 0; ok && o < size; o += chunk)
+            ok = madvise((void *)(m + o), chunk, MADV_POPULATE_WRITE) == 0;
+        double t1 = bench_thread_cpu();
+        for (size_t o = 0; ok && o < size; o += (size_t)psz)
+            m[o] = 2;
+        if (ok) { /* else a kernel before 5.14: not measured */
+            pop[rep] = (t1 - t0) * 1e6 / pages;
+            w[rep] = (bench_thread_cpu() - t1) * 1e6 / pages;
+        }
+        munmap((void *)m, size);
+#else
+        (void)chunk;
+#endif
+    }
+    c.fault_us = median(f, 3);
+    c.populate_us = median(pop, 3);
+    c.first_write_us = median(w, 3);
+    return c;
+}
+
 static void run_w2(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
@@ -870,6 +929,19 @@ static void run_w2(void)
     }
     if (plot)
         fclose(plot);
+    /* 36 bytes: twheel's entry, a timer's share of its pool (W4) */
+    struct page_cost pc = fresh_page_cost();
+    long psz = sysconf(_SC_PAGESIZE);
+    printf("  fresh memory here, a %ld-byte page: faulted in by a first write %.2f us of CPU;\n",
+           psz, pc.fault_us);
+    if (pc.populate_us >= 0)
+        printf("  made resident ahead (MADV_POPULATE_WRITE) %.2f us, and its first write then %.2f us\n"
+               "  more: %.1f ns a twheel timer (36 bytes), paid by cold W2's adds, not by warm W2's\n",
+               pc.populate_us, pc.first_write_us,
+               (pc.populate_us + pc.first_write_us) * 1e3 * 36.0 / (double)psz);
+    csv_row("W2", "page", 0, "fault_us", pc.fault_us, 0);
+    csv_row("W2", "page", 0, "populate_us", pc.populate_us, 0);
+    csv_row("W2", "page", 0, "populated_first_write_us", pc.first_write_us, 0);
 }
 
 /* W2 on a simulated clock: the same timers, advanced 1 ms at a time with
