@@ -829,8 +829,9 @@ static double w2_row(const struct backend_ops *ops, size_t n, int warm, int reps
  * with the time its first write then still takes. On most hosts that
  * first write is free; on some paravirtualised ones (a hypervisor that
  * backs guest memory lazily, or takes back what the guest frees) it costs
- * microseconds the guest cannot see as a fault. Cold W2 pays it for every
- * page its back ends' memory takes; warm W2 reuses memory and does not.
+ * microseconds the guest cannot see as a fault. Cold W2 pays it, at most,
+ * for every page its back ends' memory takes (less for pages the host
+ * still backs); warm W2 reuses memory and does not.
  * Thread CPU, 16 MiB each way, the median of 3. */
 struct page_cost {
     double fault_us, populate_us, first_write_us; /* < 0: not measured */
@@ -936,7 +937,8 @@ static void run_w2(void)
            psz, pc.fault_us);
     if (pc.populate_us >= 0)
         printf("  made resident ahead (MADV_POPULATE_WRITE) %.2f us, and its first write then %.2f us\n"
-               "  more: %.1f ns a twheel timer (36 bytes), paid by cold W2's adds, not by warm W2's\n",
+               "  more: up to %.1f ns a twheel timer (36 bytes) in cold W2's adds (less where the\n"
+               "  host still backs the pages the kernel hands out); warm W2 reuses its memory\n",
                pc.populate_us, pc.first_write_us,
                (pc.populate_us + pc.first_write_us) * 1e3 * 36.0 / (double)psz);
     csv_row("W2", "page", 0, "fault_us", pc.fault_us, 0);
