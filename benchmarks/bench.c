@@ -823,7 +823,7 @@ static double w2_row(const struct backend_ops *ops, size_t n, int warm, int reps
     return o.cpu_per_million;
 }
 
-/* What fresh memory costs a process on the host at hand, per 4 KiB page:
+/* What fresh memory costs a process on the host at hand, per page:
  * faulted in by a first write, and made resident ahead by
  * madvise(MADV_POPULATE_WRITE) (what twheel's pool does, 128 KiB a call)
  * with the time its first write then still takes. On most hosts that
@@ -930,17 +930,26 @@ static void run_w2(void)
     }
     if (plot)
         fclose(plot);
-    /* 36 bytes: twheel's entry, a timer's share of its pool (W4) */
+    /* a timer's share of twheel's pool: its slot, by the engine's own
+     * accounting (W4) */
+    double slot = 36;
+    tw_timer *t;
+    struct tw_stats st;
+    if (tw_create(&t, NULL) == 0) {
+        tw_stats(t, &st);
+        slot = (double)st.entry_bytes;
+        tw_destroy(t);
+    }
     struct page_cost pc = fresh_page_cost();
     long psz = sysconf(_SC_PAGESIZE);
     printf("  fresh memory here, a %ld-byte page: faulted in by a first write %.2f us of CPU;\n",
            psz, pc.fault_us);
     if (pc.populate_us >= 0)
         printf("  made resident ahead (MADV_POPULATE_WRITE) %.2f us, and its first write then %.2f us\n"
-               "  more: up to %.1f ns a twheel timer (36 bytes) in cold W2's adds (less where the\n"
+               "  more: up to %.1f ns a twheel timer (%.0f bytes) in cold W2's adds (less where the\n"
                "  host still backs the pages the kernel hands out); warm W2 reuses its memory\n",
                pc.populate_us, pc.first_write_us,
-               (pc.populate_us + pc.first_write_us) * 1e3 * 36.0 / (double)psz);
+               (pc.populate_us + pc.first_write_us) * 1e3 * slot / (double)psz, slot);
     csv_row("W2", "page", 0, "fault_us", pc.fault_us, 0);
     csv_row("W2", "page", 0, "populate_us", pc.populate_us, 0);
     csv_row("W2", "page", 0, "populated_first_write_us", pc.first_write_us, 0);
