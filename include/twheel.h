@@ -71,8 +71,10 @@ typedef void (*tw_fn)(tw_timer *t, tw_id id, void *arg);
 /* Allocation hook. Every allocation twheel makes goes through it. Both
  * functions set, or both NULL for the default allocator (libc malloc, or
  * jemalloc when built with -Djemalloc=enabled; blocks of 1 MiB or more
- * are mapped with mmap directly, so that the task pool can grow by mremap
- * without copying). free is never given NULL. The functions may be
+ * are mapped with mmap directly; the task pool's block sits in a larger
+ * reservation of address space (PROT_NONE, at least 1 GiB on a 64-bit
+ * target, none on a 32-bit one) and grows in place, without moving or
+ * copying). free is never given NULL. The functions may be
  * called with the timer's (or the purgatory's) internal locks held: they
  * must not call back into the same timer or purgatory, where a call that
  * takes a lock already held deadlocks. */
@@ -114,7 +116,9 @@ struct tw_options {
                                      be reused (tw_cancel). A full pool
                                      doubles: with the default allocator
                                      a pool of 1 MiB or more is mapped
-                                     directly and grows by mremap (its
+                                     directly in a reservation of address
+                                     space (see tw_allocator) and grows
+                                     in place (past it, by mremap: its
                                      pages move, nothing is copied), and
                                      is made resident 128 KiB at a time
                                      ahead of the slots in use

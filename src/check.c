@@ -333,6 +333,9 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
      * pool (pool.h) */
     if (pl->used > pl->fault_at || pl->fault_at > pl->cap)
         FAIL(c, "pool: %u used, populated to %u, capacity %u", pl->used, pl->fault_at, pl->cap);
+    /* a reservation holds the block it was made for (mem.h) */
+    if (pl->reserved && pl->reserved < ((size_t)pl->front + pl->cap) * sizeof(struct tw__entry))
+        FAIL(c, "pool: a reservation of %zu bytes under its %u slots", pl->reserved, pl->cap);
 
     /* keys: every key names a live keyed task, and every such task is in */
     if (e->keys.n != keyed)

@@ -5,6 +5,7 @@
 #include <string.h>
 #ifdef __linux__
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #include "mem.h"
@@ -60,23 +61,112 @@ void tw__unmap(void *p, size_t size)
 #endif
 }
 
-void *tw__realloc(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep)
+#ifdef __linux__
+static size_t page_up(size_t n)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + ps - 1) & ~(ps - 1);
+}
+
+/* Address space for `want` bytes, none of it usable yet; NULL if refused. */
+static void *reserve(size_t want)
+{
+    void *q = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return q == MAP_FAILED ? NULL : q;
+}
+
+/* Maps `size` bytes writable at the start of a reservation of `want`
+ * bytes, or, when that is refused, of exactly `size` (*res = 0). */
+static void *map_res(size_t size, size_t want, size_t *res)
+{
+    size_t len = page_up(size);
+    want = page_up(want);
+    void *q;
+    if (want > len && (q = reserve(want))) {
+        if (!mprotect(q, len, PROT_READ | PROT_WRITE)) {
+            *res = want;
+            return q;
+        }
+        munmap(q, want);
+    }
+    *res = 0;
+    return tw__map(size);
+}
+#endif
+
+void *tw__alloc_res(struct tw__mem *m, size_t size, size_t want, size_t *res)
+{
+    void *p;
+    *res = 0;
+#ifdef __linux__
+    if (tw__mapped(m, size)) {
+        if ((p = map_res(size, want, res)))
+            m->bytes += size;
+        return p;
+    }
+#else
+    (void)want;
+#endif
+    return tw__alloc(m, size);
+}
+
+void tw__free_res(struct tw__mem *m, void *p, size_t size, size_t res)
+{
+    if (p && res > size) { /* mapped: the reservation goes with it */
+        m->bytes -= size;
+        tw__unmap(p, res);
+        return;
+    }
+    tw__free(m, p, size);
+}
+
+void *tw__realloc_res(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep,
+                      size_t want, size_t *res)
 {
     void *q;
+    size_t nres;
 #ifdef __linux__
     if (p && tw__mapped(m, old) && tw__mapped(m, size)) {
-        if ((q = mremap(p, old, size, MREMAP_MAYMOVE)) == MAP_FAILED)
-            return NULL;
-        m->bytes = m->bytes - old + size;
-        return q;
+        if (size <= *res) { /* in place: its pages stay where they are */
+            size_t from = page_up(old), to = page_up(size);
+            if (to > from && mprotect((char *)p + from, to - from, PROT_READ | PROT_WRITE))
+                return NULL;
+            m->bytes = m->bytes - old + size;
+            return p;
+        }
+        /* Past the reservation: the pages move (mremap, nothing copied)
+         * to the start of a new one, or, refused that, wherever mremap
+         * puts them. */
+        want = page_up(want > size ? want : size);
+        nres = want > page_up(size) ? want : 0;
+        if (nres && (q = reserve(nres))) {
+            if (mremap(p, old, size, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
+                munmap(q, nres);
+                q = NULL;
+            }
+        } else {
+            nres = 0;
+            if ((q = mremap(p, old, size, MREMAP_MAYMOVE)) == MAP_FAILED)
+                q = NULL;
+        }
+        if (q) {
+            if (*res && q != p) /* what is left of the old reservation */
+                munmap(p, *res);
+            *res = nres;
+            m->bytes = m->bytes - old + size;
+            return q;
+        }
+        /* mremap refused (a block whose pages are not one mapping):
+         * copy it, below */
     }
 #endif
-    if (!(q = tw__alloc(m, size)))
+    if (!(q = tw__alloc_res(m, size, want, &nres)))
         return NULL;
     if (p) {
         memcpy(q, p, keep);
-        tw__free(m, p, old);
+        tw__free_res(m, p, old, *res);
     }
+    *res = nres;
     return q;
 }
 

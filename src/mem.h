@@ -25,7 +25,8 @@ void tw__default_free(void *ctx, void *p);
 
 /* Blocks this large or larger from the default allocator are mapped
  * directly, not taken from malloc, so that growing one (the entry pool,
- * doubling) is mremap: its pages move, its bytes are not copied. malloc
+ * doubling) copies nothing: in place within its reservation (below), or
+ * by mremap, which moves its pages, not its bytes. malloc
  * cannot promise that: glibc maps big blocks only until the process frees
  * one, and then serves everything under 32 MiB from its heap, where realloc
  * copies. A copy of the pool holds a threaded shard's lock while it runs
@@ -64,9 +65,30 @@ static inline void tw__free(struct tw__mem *m, void *p, size_t size)
         m->a.free(m->a.ctx, p);
 }
 
-/* Moves block p (`old` bytes, from tw__alloc) to one of `size` bytes that
- * starts with its first `keep` bytes (keep <= both sizes). NULL on failure,
- * with p as it was. Copies nothing when both sizes are mapped (above). */
-void *tw__realloc(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep);
+/* A block that grows (the entry pool) and is mapped sits at the start of
+ * a reservation of address space (PROT_NONE: no memory, no commit charge
+ * until pages are made writable), and grows by making the pages after
+ * its end writable, in place. mremap would copy nothing either, but every
+ * page it moves is mapped anew, and a host that shadows its guests' page
+ * tables (seen on a Firecracker guest) charges ~5 us at each such page's
+ * next write: moving a 36 MB pool then cost ~20 ms of writes, with a
+ * threaded shard's lock held, and its driver fired late meanwhile
+ * (benchmarks/results/history.md). Only past its reservation does a block
+ * move, into a new one.
+ *
+ * `*res` is the block's reservation in bytes (0: none, a block from the
+ * allocator, or one mapped when the reservation was refused, e.g. under
+ * RLIMIT_AS; then it is mapped at exactly its size and moves by mremap).
+ * `want` is the address space to ask for when a reservation is made:
+ * ignored below TW__MAP_MIN, never less than the size. */
+void *tw__alloc_res(struct tw__mem *m, size_t size, size_t want, size_t *res);
+void tw__free_res(struct tw__mem *m, void *p, size_t size, size_t res);
+
+/* Moves block p (`old` bytes, reservation *res, from tw__alloc_res) to one
+ * of `size` bytes that starts with its first `keep` bytes (keep <= both
+ * sizes). NULL on failure, with p and *res as they were. Copies nothing
+ * when both sizes are mapped; moves nothing when size fits *res. */
+void *tw__realloc_res(struct tw__mem *m, void *p, size_t old, size_t size, size_t keep,
+                      size_t want, size_t *res);
 
 #endif

@@ -23,6 +23,24 @@ int tw__pool_grow(struct tw__pool *p, struct tw__mem *m)
     return tw__pool_grow_to(p, m, p->cap ? (uint64_t)p->cap * 2 : TW__POOL_MIN);
 }
 
+/* The address space a block of `size` bytes asks for (mem.h): room to
+ * double a few times, and on a 64-bit target at least 1 GiB, so that a
+ * pool of up to ~30 million tasks never moves; never more than the pool's
+ * limit could use. 32-bit targets reserve nothing. */
+static size_t reservation(const struct tw__pool *p, uint32_t nfront, size_t size)
+{
+    uint32_t limit = p->max_slots && p->max_slots < TW__MAX_SLOTS ? p->max_slots : TW__MAX_SLOTS;
+    uint64_t most = ((uint64_t)nfront + limit) * sizeof(struct tw__entry);
+    if (sizeof(void *) < 8)
+        return size;
+    uint64_t want = (uint64_t)size * 4;
+    if (want < ((uint64_t)1 << 30))
+        want = (uint64_t)1 << 30;
+    if (want > most)
+        want = most;
+    return want > size ? (size_t)want : size;
+}
+
 /* Moves the pool to a new block with room for nfront sentinels and ncap
  * slots; what was there keeps its index. */
 static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint32_t ncap)
@@ -30,12 +48,16 @@ static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint
     size_t sz = sizeof(struct tw__entry);
     size_t old = ((size_t)p->front + p->cap) * sz, size = ((size_t)nfront + ncap) * sz;
     size_t keep = ((size_t)p->front + p->used) * sz; /* heads and used slots */
+    size_t want = reservation(p, nfront, size), res;
     struct tw__entry *was = p->entries ? p->entries - p->front : NULL, *blk;
     if (nfront == p->front) { /* more slots: the kept part stays at the start */
-        blk = tw__realloc(m, was, old, size, keep);
-    } else if ((blk = tw__alloc(m, size)) && was) { /* more heads: all moves up */
-        memcpy(blk + nfront - p->front, was, keep);
-        tw__free(m, was, old);
+        blk = tw__realloc_res(m, was, old, size, keep, want, &p->reserved);
+    } else if ((blk = tw__alloc_res(m, size, want, &res))) { /* more heads: all moves up */
+        if (was) {
+            memcpy(blk + nfront - p->front, was, keep);
+            tw__free_res(m, was, old, p->reserved);
+        }
+        p->reserved = res;
     }
     if (!blk)
         return -ENOMEM;
@@ -106,7 +128,7 @@ void tw__pool_rewind(struct tw__pool *p)
 void tw__pool_destroy(struct tw__pool *p, struct tw__mem *m)
 {
     if (p->entries)
-        tw__free(m, p->entries - p->front,
-                 ((size_t)p->front + p->cap) * sizeof(*p->entries));
+        tw__free_res(m, p->entries - p->front,
+                     ((size_t)p->front + p->cap) * sizeof(*p->entries), p->reserved);
     memset(p, 0, sizeof(*p));
 }

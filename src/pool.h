@@ -14,8 +14,9 @@
  * five instructions more per touch. The price is known and bounded: when
  * the pool outgrows its capacity it doubles (amortised O(1) per schedule).
  * With the default allocator a block of 1 MiB or more is mapped directly
- * and grows by mremap, which moves its pages rather than its bytes
- * (mem.h); through a user's allocator it copies the array once (at 10^6
+ * in a reservation of address space and grows in place, moving nothing;
+ * past the reservation, by mremap, which moves its pages rather than its
+ * bytes (mem.h); through a user's allocator it copies the array once (at 10^6
  * slots one ~36 MB copy, ~10 ms). Nothing moves while the pool stays under
  * its high-water mark, so a warm timer never pays it again. The list heads
  * of the wheel's buckets sit in the same block, in front of slot 0
@@ -122,6 +123,7 @@ struct tw__pool {
     uint32_t fault_at;  /* fresh slots below it are resident or need not be
                          * populated: used <= fault_at <= cap (below) */
     uint64_t retired;
+    size_t reserved;    /* the block's reservation in bytes (mem.h) */
 };
 
 TW__POOL_HOT struct tw__entry *tw__pool_entry(const struct tw__pool *p, uint32_t i)

@@ -18,6 +18,8 @@
 #include <semaphore.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -819,6 +821,155 @@ static void test_pool_populates_ahead(void **state)
     }
 }
 
+/* Whether any byte of [p, p + len) is mapped, as /proc/self/maps says
+ * (a probe by syscall on an unmapped range is an error to valgrind). */
+static int mapped(const void *p, size_t len)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    uintptr_t from = (uintptr_t)p, to = from + len;
+    unsigned long lo, hi;
+    char line[512];
+    int any = 0;
+    while (!any && fgets(line, sizeof line, f))
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+            any = lo < to && from < hi;
+    fclose(f);
+    return any;
+}
+
+/* A reserved block (mem.h) grows in place within its reservation, with
+ * its bytes where they were; past it, it moves (nothing copied) into a
+ * new reservation and the old one is let go whole; asked for no more than
+ * its size, it has none and moves by mremap. tw_stats' figure (m.bytes)
+ * follows the sizes exactly, and freeing returns every byte and every
+ * page of address space. */
+static void test_reserved_block_growth(void **state)
+{
+    (void)state;
+    const size_t mb = (size_t)1 << 20;
+    struct tw__mem m;
+    assert_int_equal(tw__mem_init(&m, NULL), 0);
+    size_t res;
+    unsigned char *p = tw__alloc_res(&m, 2 * mb, 8 * mb, &res);
+    assert_non_null(p);
+    assert_true(res >= 8 * mb);
+    assert_int_equal(m.bytes, 2 * mb);
+    memset(p, 0xab, 2 * mb);
+
+    unsigned char *q = tw__realloc_res(&m, p, 2 * mb, 6 * mb, 2 * mb, 8 * mb, &res);
+    assert_ptr_equal(q, p); /* in place */
+    assert_int_equal(m.bytes, 6 * mb);
+    assert_int_equal(q[0], 0xab);
+    assert_int_equal(q[2 * mb - 1], 0xab);
+    assert_int_equal(q[6 * mb - 1], 0); /* the new part: fresh, writable */
+    q[6 * mb - 1] = 7;
+
+    unsigned char *r = tw__realloc_res(&m, q, 6 * mb, 12 * mb, 6 * mb, 24 * mb, &res);
+    assert_non_null(r);
+    assert_true(r != q); /* past the reservation: moved */
+    assert_true(res >= 24 * mb);
+    assert_int_equal(m.bytes, 12 * mb);
+    assert_int_equal(r[0], 0xab);
+    assert_int_equal(r[6 * mb - 1], 7);
+    assert_false(mapped(q, 8 * mb)); /* the old reservation went whole */
+    r[12 * mb - 1] = 9;
+
+    unsigned char *s = tw__realloc_res(&m, r, 12 * mb, 30 * mb, 12 * mb, 30 * mb, &res);
+    assert_non_null(s);
+    assert_int_equal(res, 0); /* asked for no room: none */
+    assert_int_equal(s[0], 0xab);
+    assert_int_equal(s[12 * mb - 1], 9);
+    assert_false(mapped(r + 12 * mb, 12 * mb));
+    tw__free_res(&m, s, 30 * mb, res);
+    assert_int_equal(m.bytes, 0);
+    assert_false(mapped(s, 30 * mb));
+}
+
+/* Where address space is short (RLIMIT_AS, in a child so that the limit
+ * stays there), the reservation is refused and the block is mapped at its
+ * size and grows by mremap, as if none had been asked for. */
+static void test_reservation_refused(void **state)
+{
+    (void)state;
+    const size_t mb = (size_t)1 << 20;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* the space in use now, and 64 MiB more: a 1 GiB reservation
+         * cannot fit */
+        FILE *f = fopen("/proc/self/statm", "r");
+        unsigned long pages = 0;
+        if (!f || fscanf(f, "%lu", &pages) != 1)
+            _exit(2);
+        fclose(f);
+        struct rlimit rl;
+        getrlimit(RLIMIT_AS, &rl);
+        rlim_t want = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + 64 * mb;
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
+            _exit(0); /* a tighter limit already: nothing to show */
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_AS, &rl))
+            _exit(3);
+        struct tw__mem m;
+        tw__mem_init(&m, NULL);
+        size_t res = 1;
+        unsigned char *p = tw__alloc_res(&m, 2 * mb, (size_t)1 << 30, &res);
+        if (!p || res != 0 || m.bytes != 2 * mb)
+            _exit(4);
+        p[2 * mb - 1] = 5;
+        unsigned char *q = tw__realloc_res(&m, p, 2 * mb, 4 * mb, 2 * mb, (size_t)1 << 30, &res);
+        if (!q || res != 0 || q[2 * mb - 1] != 5 || m.bytes != 4 * mb)
+            _exit(5);
+        q[4 * mb - 1] = 1;
+        tw__free_res(&m, q, 4 * mb, res);
+        _exit(m.bytes == 0 ? 0 : 6);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* Through the timer: once the pool is mapped (1 MiB and up) it sits in a
+ * reservation of at least 1 GiB on a 64-bit target, and grows from
+ * 32,768 slots to 262,144 without moving: every task's entry stays where
+ * it was written. A 32-bit target reserves nothing (its address space is
+ * scarce): the pool moves by mremap as it grows. */
+static void test_pool_grows_in_place(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    const struct tw__entry *at = NULL;
+    uint32_t grew = 0, cap = 0;
+    int fired = 0;
+    for (uint32_t j = 0; j < 200000; j++) {
+        assert_int_equal(tw_schedule(t, SEC + (j % 5000) * MS, count_fn, &fired, NULL), 0);
+        size_t block = ((size_t)p->front + p->cap) * sizeof(struct tw__entry);
+        if (block < TW__MAP_MIN)
+            continue;
+        if (sizeof(void *) >= 8) {
+            assert_true(p->reserved >= ((size_t)1 << 30));
+            if (!at)
+                at = p->entries;
+            assert_ptr_equal(p->entries, at);
+        } else {
+            assert_int_equal(p->reserved, 0); /* none on a 32-bit target */
+        }
+        grew += p->cap != cap;
+        cap = p->cap;
+    }
+    assert_true(grew >= 3); /* 32,768 -> 65,536 -> 131,072 -> 262,144 */
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 10 * SEC), 200000);
+    assert_int_equal(fired, 200000);
+    tw_destroy(t);
+}
+
 /* Ids forged to name the slots just past those ever handed out, with a
  * live task's generation: each call that takes an id answers -ENOENT and
  * reads no entry past them. The pool is full to its last slot, so under
@@ -1039,6 +1190,9 @@ int main(void)
         cmocka_unit_test(test_rewind_threaded_waits_for_periodic),
         cmocka_unit_test(test_populate_chunks),
         cmocka_unit_test(test_pool_populates_ahead),
+        cmocka_unit_test(test_reserved_block_growth),
+        cmocka_unit_test(test_reservation_refused),
+        cmocka_unit_test(test_pool_grows_in_place),
         cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_deferred_ring_fills),
         cmocka_unit_test(test_keymap_wrapped_run),
