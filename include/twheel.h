@@ -124,7 +124,12 @@ struct tw_options {
                                      ahead of the slots in use
                                      (Linux 5.14+: madvise
                                      MADV_POPULATE_WRITE, one call in
-                                     place of 32 page faults); a
+                                     place of 32 page faults); a manual
+                                     timer's pool, past its first 2 MiB,
+                                     asks for transparent huge pages
+                                     (madvise MADV_HUGEPAGE; up to 2 MiB
+                                     resident beyond the slots in use;
+                                     a threaded shard's never does); a
                                      user's allocator copies it and
                                      its pages fault in as touched. A
                                      manual timer sized here never grows (a

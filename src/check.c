@@ -336,6 +336,10 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     /* a reservation holds the block it was made for (mem.h) */
     if (pl->reserved && pl->reserved < ((size_t)pl->front + pl->cap) * sizeof(struct tw__entry))
         FAIL(c, "pool: a reservation of %zu bytes under its %u slots", pl->reserved, pl->cap);
+    /* huge pages are asked for over a reservation only (pool.c) */
+    if (pl->huge != 0 && pl->huge != TW__HUGE_NEVER && !(pl->huge == 1 && pl->reserved))
+        FAIL(c, "pool: huge page state %d with a reservation of %zu bytes", pl->huge,
+             pl->reserved);
 
     /* keys: every key names a live keyed task, and every such task is in */
     if (e->keys.n != keyed)

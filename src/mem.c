@@ -1,6 +1,7 @@
 /* mem.c: the default allocator (libc, or jemalloc when configured; big
  * blocks mapped directly, see mem.h), and growing a block. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __linux__
@@ -68,11 +69,24 @@ static size_t page_up(size_t n)
     return (n + ps - 1) & ~(ps - 1);
 }
 
-/* Address space for `want` bytes, none of it usable yet; NULL if refused. */
+/* Address space for `want` bytes, none of it usable yet; NULL if refused.
+ * It starts on a huge page boundary, so that a block growing from its
+ * start fills whole huge pages once it asks for them (tw__advise_huge). */
 static void *reserve(size_t want)
 {
-    void *q = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return q == MAP_FAILED ? NULL : q;
+    void *q = mmap(NULL, want + TW__HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q == MAP_FAILED) /* no room for the alignment's slack: unaligned */
+        return (q = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) ==
+                       MAP_FAILED
+                   ? NULL
+                   : q;
+    uintptr_t at = ((uintptr_t)q + TW__HUGE - 1) & ~(uintptr_t)(TW__HUGE - 1);
+    size_t head = (size_t)(at - (uintptr_t)q);
+    if (head)
+        munmap(q, head);
+    if (TW__HUGE - head)
+        munmap((char *)at + want, TW__HUGE - head);
+    return (void *)at;
 }
 
 /* Maps `size` bytes writable at the start of a reservation of `want`
@@ -93,6 +107,16 @@ static void *map_res(size_t size, size_t want, size_t *res)
     return tw__map(size);
 }
 #endif
+
+void tw__advise_huge(void *p, size_t len)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(p, len, MADV_HUGEPAGE); /* advice: a refusal changes nothing */
+#else
+    (void)p;
+    (void)len;
+#endif
+}
 
 void *tw__alloc_res(struct tw__mem *m, size_t size, size_t want, size_t *res)
 {

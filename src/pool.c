@@ -8,15 +8,32 @@
 
 #include "pool.h"
 
-/* Transparent huge pages were tried for the pool (madvise HUGEPAGE on the
- * 2 MiB-aligned middle): W1 at 10^6 gained ~10 ns per pair from fewer TLB
- * misses, but the first touch of each huge page made W2's adds 2x slower
- * (33 -> 59 ns). Tried again on the whole block once the pool was
- * populated ahead and grown by mremap: W1 and W2's firings within the
- * noise (benchmarks/results/history.md). Not worth it by default; left to
- * the allocator. Advice on part of a mapped block would split its mapping,
- * and mremap cannot grow a range that spans mappings (ENOMEM): any advice
- * here must cover the whole block. */
+/* Transparent huge pages. A manual timer's pool, once its populating
+ * reaches past its first 2 MiB, asks for huge pages over its whole
+ * reservation (madvise MADV_HUGEPAGE, mem.h), so the rest of it comes in
+ * 2 MiB pages: one fault, one populate, one page table entry each. Where a
+ * host shadows its guests' page tables (the Firecracker guests these
+ * benchmarks ran on lately), a 4 KiB page costs ~0.8 us to populate and
+ * ~5 us more at its first write, ~50 ns a fresh slot; a 2 MiB page 0.1 to
+ * 0.7 us a 4 KiB of it, and nothing at the first write: W2's cold manual
+ * adds went from 60-87 ns to 15-34 (benchmarks/results/history.md). Below
+ * 2 MiB nothing is asked for, so a small pool stays at 4 KiB pages and a
+ * page or two resident; past it, up to one huge page (2 MiB) more than
+ * the slots in use is resident.
+ *
+ * The cost comes in lumps: populating a huge page takes ~0.1 ms where the
+ * host still backs the memory and up to ~3.7 ms where it does not, in one
+ * call, once per 58,000 fresh slots. A manual caller pays that in its own
+ * schedule. A threaded shard would pay it holding the lock its driver
+ * fires under: with huge pages there too, W2's threaded cold p99 passed
+ * tick + 1 ms in four rows of ten (2.09 to 2.25 ms), against two of
+ * thirty at 4 KiB pages (2.27 and 3.43; the rest 1.1 to 1.8), whose
+ * populating comes ~0.2 ms a call. So a threaded shard's pool never asks
+ * (TW__HUGE_NEVER). Where
+ * THP is "never", or the kernel has none, the advice does nothing.
+ * Earlier tries (advice on part of a block, which split its mapping so
+ * that mremap failed; and, on the first host tried, W2's adds made
+ * slower, 33 -> 59 ns) are in history.md. */
 
 int tw__pool_grow(struct tw__pool *p, struct tw__mem *m)
 {
@@ -61,6 +78,8 @@ static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint
     }
     if (!blk)
         return -ENOMEM;
+    if (blk != was && p->huge > 0) /* a new reservation: no advice yet */
+        p->huge = 0;
     p->entries = blk + nfront;
     p->front = nfront;
     p->cap = ncap;
@@ -85,6 +104,11 @@ void tw__pool_populate(struct tw__pool *p)
      * end, or else takes one fault */
     uintptr_t from = (base + (uintptr_t)p->fault_at * sizeof(struct tw__entry) + psz - 1) & ~(psz - 1);
     uintptr_t to = from < end && end - from > TW__POPULATE ? from + TW__POPULATE : end;
+    uintptr_t blk = (uintptr_t)(p->entries - p->front);
+    if (p->huge == 0 && p->reserved && to - blk > TW__HUGE) { /* see above */
+        tw__advise_huge((void *)blk, p->reserved);
+        p->huge = 1;
+    }
     if (from < to && madvise((void *)from, to - from, MADV_POPULATE_WRITE)) {
         p->fault_at = p->cap; /* fault as needed until the pool grows */
         return;

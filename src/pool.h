@@ -108,6 +108,8 @@ struct __attribute__((packed, aligned(4))) tw__entry {
 
 _Static_assert(sizeof(struct tw__entry) == 36, "entry must stay 36 bytes");
 
+#define TW__HUGE_NEVER (-1)
+
 struct tw__pool {
     struct tw__entry *entries; /* slot 0; sentinels sit before it */
     uint32_t front;     /* sentinels before slot 0 (the block's head) */
@@ -124,6 +126,9 @@ struct tw__pool {
                          * populated: used <= fault_at <= cap (below) */
     uint64_t retired;
     size_t reserved;    /* the block's reservation in bytes (mem.h) */
+    int huge;           /* huge pages (pool.c): 0 not asked for yet, 1
+                         * asked for, TW__HUGE_NEVER never (a threaded
+                         * shard's pool) */
 };
 
 TW__POOL_HOT struct tw__entry *tw__pool_entry(const struct tw__pool *p, uint32_t i)

@@ -228,6 +228,8 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
             break;
         rc = tw__engine_init(&sh->eng, &sh->mem, o.tick_ns, o.wheel_size,
                              now, max_slots);
+        if (t->threaded) /* its populating runs under the lock (pool.c) */
+            sh->eng.pool.huge = TW__HUGE_NEVER;
         if (!rc && o.capacity) {
             /* and room for the cancels whose unlink waits (wheel.c,
              * "Deferred unlink"), so that churn at capacity never grows

@@ -590,6 +590,12 @@ static void test_pool_bounds(void **state)
     assert_true(p->used <= p->fault_at && p->fault_at <= p->cap);
     BREAK(p->fault_at, p->used - 1, "populated to");
     BREAK(p->fault_at, p->cap + 1, "populated to");
+    /* a reservation smaller than the block; huge pages asked for with no
+     * reservation, or a state that is none of the three (pool.c) */
+    BREAK(p->reserved, (size_t)1, "a reservation of");
+    assert_int_equal(p->reserved, 0);
+    BREAK(p->huge, 1, "huge page state");
+    BREAK(p->huge, 2, "huge page state");
 }
 
 static void test_key_names_dead_task(void **state)

@@ -838,6 +838,28 @@ static int mapped(const void *p, size_t len)
     return any;
 }
 
+/* Whether the mapping holding p asks for huge pages (VmFlags "hg");
+ * -1 where the kernel cannot say (no smaps, or no THP at all). */
+static int huge_advised(const void *p)
+{
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK))
+        return -1;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    unsigned long lo, hi;
+    char line[512];
+    int in = 0, hg = -1;
+    while (hg < 0 && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = lo <= (uintptr_t)p && (uintptr_t)p < hi;
+        else if (in && !strncmp(line, "VmFlags:", 8))
+            hg = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    return hg;
+}
+
 /* A reserved block (mem.h) grows in place within its reservation, with
  * its bytes where they were; past it, it moves (nothing copied) into a
  * new reservation and the old one is let go whole; asked for no more than
@@ -855,6 +877,13 @@ static void test_reserved_block_growth(void **state)
     assert_non_null(p);
     assert_true(res >= 8 * mb);
     assert_int_equal(m.bytes, 2 * mb);
+    /* on a huge page boundary, so that whole huge pages fit; asking for
+     * them only when told to, and then over the whole reservation */
+    assert_int_equal((uintptr_t)p % TW__HUGE, 0);
+    assert_int_not_equal(huge_advised(p), 1);
+    tw__advise_huge(p, res);
+    assert_int_not_equal(huge_advised(p), 0);
+    assert_int_not_equal(huge_advised(p + 7 * mb), 0); /* the rest, too */
     memset(p, 0xab, 2 * mb);
 
     unsigned char *q = tw__realloc_res(&m, p, 2 * mb, 6 * mb, 2 * mb, 8 * mb, &res);
@@ -870,6 +899,9 @@ static void test_reserved_block_growth(void **state)
     assert_true(r != q); /* past the reservation: moved */
     assert_true(res >= 24 * mb);
     assert_int_equal(m.bytes, 12 * mb);
+    assert_int_equal((uintptr_t)r % TW__HUGE, 0);
+    assert_int_not_equal(huge_advised(r), 0); /* the advice moved with it */
+    assert_int_not_equal(huge_advised(r + 20 * mb), 1); /* the rest: new */
     assert_int_equal(r[0], 0xab);
     assert_int_equal(r[6 * mb - 1], 7);
     assert_false(mapped(q, 8 * mb)); /* the old reservation went whole */
@@ -952,6 +984,11 @@ static void test_pool_grows_in_place(void **state)
         size_t block = ((size_t)p->front + p->cap) * sizeof(struct tw__entry);
         if (block < TW__MAP_MIN)
             continue;
+        /* no huge page is asked for until populating reaches past the
+         * first 2 MiB: a pool that stays small stays at 4 KiB pages */
+        if (((size_t)p->front + p->used) * sizeof(struct tw__entry) + TW__POPULATE + 4096 <=
+            TW__HUGE)
+            assert_int_equal(p->huge, 0);
         if (sizeof(void *) >= 8) {
             assert_true(p->reserved >= ((size_t)1 << 30));
             if (!at)
@@ -964,9 +1001,47 @@ static void test_pool_grows_in_place(void **state)
         cap = p->cap;
     }
     assert_true(grew >= 3); /* 32,768 -> 65,536 -> 131,072 -> 262,144 */
+    if (sizeof(void *) >= 8) {
+        /* past its first 2 MiB, the pool asked for huge pages, over its
+         * whole reservation (pool.c) */
+        assert_int_equal(p->huge, 1);
+        assert_int_not_equal(huge_advised(p->entries), 0);
+        assert_int_not_equal(huge_advised((char *)p->entries + p->reserved - TW__HUGE), 0);
+    }
     assert_check(t);
     assert_int_equal(tw_advance(t, 10 * SEC), 200000);
     assert_int_equal(fired, 200000);
+    tw_destroy(t);
+}
+
+/* A threaded shard's pool never asks for huge pages: it is populated
+ * under the lock its driver fires under, and a huge page comes in one
+ * lump of up to milliseconds (pool.c). Its block is mapped in a
+ * reservation all the same, and grows in place. */
+static void test_threaded_pool_stays_small_paged(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.shards = 1;
+    o.capacity = 120000; /* 4.3 MB: mapped */
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    const struct tw__pool *p = &t->shards[0].eng.pool;
+    /* the first makes the levels an hour needs: their heads move the
+     * pool once (pool.h); after that it stays */
+    assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, NULL), 0);
+    const struct tw__entry *at = p->entries;
+    for (uint32_t j = 1; j < 110000; j++) /* past 2 MiB of fresh slots */
+        assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(p->huge, TW__HUGE_NEVER);
+    assert_ptr_equal(p->entries, at);
+    if (sizeof(void *) >= 8)
+        assert_true(p->reserved >= ((size_t)1 << 30));
+    assert_int_not_equal(huge_advised(p->entries), 1);
+    assert_int_not_equal(huge_advised((const char *)p->entries + (4 << 20)), 1);
+    assert_check(t);
     tw_destroy(t);
 }
 
@@ -1193,6 +1268,7 @@ int main(void)
         cmocka_unit_test(test_reserved_block_growth),
         cmocka_unit_test(test_reservation_refused),
         cmocka_unit_test(test_pool_grows_in_place),
+        cmocka_unit_test(test_threaded_pool_stays_small_paged),
         cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_deferred_ring_fills),
         cmocka_unit_test(test_keymap_wrapped_run),
