@@ -75,11 +75,10 @@ static size_t page_up(size_t n)
 static void *reserve(size_t want)
 {
     void *q = mmap(NULL, want + TW__HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (q == MAP_FAILED) /* no room for the alignment's slack: unaligned */
-        return (q = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) ==
-                       MAP_FAILED
-                   ? NULL
-                   : q;
+    if (q == MAP_FAILED) { /* no room for the alignment's slack: unaligned */
+        q = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return q == MAP_FAILED ? NULL : q;
+    }
     uintptr_t at = ((uintptr_t)q + TW__HUGE - 1) & ~(uintptr_t)(TW__HUGE - 1);
     size_t head = (size_t)(at - (uintptr_t)q);
     if (head)

@@ -65,6 +65,16 @@ static inline void tw__free(struct tw__mem *m, void *p, size_t size)
         m->a.free(m->a.ctx, p);
 }
 
+/* A huge page; a reservation (below) starts on a multiple of it, unless
+ * address space is too short for the slack that aligning takes. */
+#define TW__HUGE ((size_t)2 << 20)
+
+/* Asks for transparent huge pages on [p, p + len) (madvise; where THP is
+ * off or absent, nothing happens). Give it a whole reservation from
+ * tw__alloc_res, never part of one: advice on part of a mapping splits
+ * it, and mremap cannot move a block that spans two mappings. */
+void tw__advise_huge(void *p, size_t len);
+
 /* A block that grows (the entry pool) and is mapped sits at the start of
  * a reservation of address space (PROT_NONE: no memory, no commit charge
  * until pages are made writable), and grows by making the pages after
@@ -81,13 +91,6 @@ static inline void tw__free(struct tw__mem *m, void *p, size_t size)
  * RLIMIT_AS; then it is mapped at exactly its size and moves by mremap).
  * `want` is the address space to ask for when a reservation is made:
  * ignored below TW__MAP_MIN, never less than the size. */
-#define TW__HUGE ((size_t)2 << 20)
-
-/* Asks for transparent huge pages on [p, p + len) (madvise; where THP is
- * off or absent, nothing happens). Give it a whole reservation from
- * tw__alloc_res, never part of one: advice on part of a mapping splits
- * it, and mremap cannot move a block that spans two mappings. */
-void tw__advise_huge(void *p, size_t len);
 void *tw__alloc_res(struct tw__mem *m, size_t size, size_t want, size_t *res);
 void tw__free_res(struct tw__mem *m, void *p, size_t size, size_t res);
 

@@ -16,7 +16,7 @@
  * benchmarks ran on lately), a 4 KiB page costs ~0.8 us to populate and
  * ~5 us more at its first write, ~50 ns a fresh slot; a 2 MiB page 0.1 to
  * 0.7 us a 4 KiB of it, and nothing at the first write: W2's cold manual
- * adds went from 60-87 ns to 15-34 (benchmarks/results/history.md). Below
+ * adds went from 60-92 ns to 15-37 (benchmarks/results/history.md). Below
  * 2 MiB nothing is asked for, so a small pool stays at 4 KiB pages and a
  * page or two resident; past it, up to one huge page (2 MiB) more than
  * the slots in use is resident.
@@ -29,8 +29,8 @@
  * tick + 1 ms in four rows of ten (2.09 to 2.25 ms), against two of
  * thirty at 4 KiB pages (2.27 and 3.43; the rest 1.1 to 1.8), whose
  * populating comes ~0.2 ms a call. So a threaded shard's pool never asks
- * (TW__HUGE_NEVER). Where
- * THP is "never", or the kernel has none, the advice does nothing.
+ * (TW__HUGE_NEVER). Where THP is "never", or the kernel has none, the
+ * advice does nothing.
  * Earlier tries (advice on part of a block, which split its mapping so
  * that mremap failed; and, on the first host tried, W2's adds made
  * slower, 33 -> 59 ns) are in history.md. */
