@@ -860,11 +860,11 @@ static int huge_advised(const void *p)
     return hg;
 }
 
-/* valgrind (3.19) emulates mremap itself, and when a block moves with
- * MREMAP_FIXED into a reservation that starts where the old one ended (as
- * the 2 MiB-aligned reservations here come out under it), memcheck holds
- * the grown part unaddressable, though the kernel maps it: natively and
- * under ASan the same steps pass, every byte checked. */
+/* valgrind (3.19) emulates mremap itself. Since reservations are 2 MiB
+ * aligned, the move below goes (under it) into a reservation that starts
+ * where the old one ended, and memcheck then holds the grown part of the
+ * block unaddressable, though the kernel maps it: natively and under ASan
+ * the same steps pass, every byte checked. */
 static int under_valgrind(void)
 {
     const char *pre = getenv("LD_PRELOAD");
