@@ -14,7 +14,7 @@
  * 2 MiB pages: one fault, one populate, one page table entry each. Where a
  * host shadows its guests' page tables (the Firecracker guests these
  * benchmarks ran on lately), a 4 KiB page costs ~0.8 us to populate and
- * ~5 us more at its first write, ~50 ns a fresh slot; a 2 MiB page 0.1 to
+ * ~5 us more at its first write, ~50 ns a fresh slot; a 2 MiB page 0.2 to
  * 0.7 us a 4 KiB of it, and nothing at the first write: W2's cold manual
  * adds went from 60-92 ns to 15-37 (benchmarks/results/history.md). Below
  * 2 MiB nothing is asked for, so a small pool stays at 4 KiB pages and a
