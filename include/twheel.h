@@ -91,7 +91,11 @@ struct tw_options {
                                      A level, made when first needed,
                                      costs wheel_size * 144 bytes (9 KB
                                      at 64: twice the slots' bucket
-                                     lists, see tw_advance) */
+                                     lists, see tw_advance); a task pool
+                                     of 1 MiB or more keeps room for
+                                     every level's list heads from the
+                                     start, so that making a level never
+                                     moves it */
     uint64_t max_pending;         /* 0 = unbounded; else schedule beyond it
                                      returns -EAGAIN */
     uint64_t (*clock)(void *ctx); /* NULL = CLOCK_MONOTONIC in ns */

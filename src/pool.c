@@ -63,6 +63,11 @@ static size_t reservation(const struct tw__pool *p, uint32_t nfront, size_t size
 static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint32_t ncap)
 {
     size_t sz = sizeof(struct tw__entry);
+    /* a big block (TW__MAP_MIN and up: mapped, with the default
+     * allocator) takes room for every level's heads at once (pool.h,
+     * front_max), so that no level made later moves it */
+    if (nfront < p->front_max && ((size_t)p->front_max + ncap) * sz >= TW__MAP_MIN)
+        nfront = p->front_max;
     size_t old = ((size_t)p->front + p->cap) * sz, size = ((size_t)nfront + ncap) * sz;
     size_t keep = ((size_t)p->front + p->used) * sz; /* heads and used slots */
     size_t want = reservation(p, nfront, size), res;
@@ -128,12 +133,17 @@ int tw__pool_grow_to(struct tw__pool *p, struct tw__mem *m, uint64_t want)
     return relocate(p, m, p->front, want > limit ? limit : (uint32_t)want);
 }
 
-int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nsent)
+uint32_t tw__pool_front_for(uint32_t nsent)
 {
     /* 8 bytes a head, and 8 more for what TW__NIL reaches; in whole
      * 36-byte units, so that slot 0 keeps its alignment */
     uint64_t bytes = 8 * ((uint64_t)nsent + 1);
-    uint32_t nfront = (uint32_t)((bytes + sizeof(struct tw__entry) - 1) / sizeof(struct tw__entry));
+    return (uint32_t)((bytes + sizeof(struct tw__entry) - 1) / sizeof(struct tw__entry));
+}
+
+int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nsent)
+{
+    uint32_t nfront = tw__pool_front_for(nsent);
     return nfront <= p->front ? 0 : relocate(p, m, nfront, p->cap);
 }
 

@@ -126,6 +126,13 @@ struct tw__pool {
                          * populated: used <= fault_at <= cap (below) */
     uint64_t retired;
     size_t reserved;    /* the block's reservation in bytes (mem.h) */
+    uint32_t front_max; /* the front every level's heads take: a block
+                         * of TW__MAP_MIN or more is given it whole, so
+                         * that a level made once the pool is big does not
+                         * copy the pool (its heads sit before slot 0)
+                         * under a threaded shard's lock; the room not yet
+                         * used is never written, so a mapped block holds
+                         * no memory for it until a level's heads are */
     int huge;           /* huge pages (pool.c): 0 not asked for yet, 1
                          * asked for, TW__HUGE_NEVER never (a threaded
                          * shard's pool) */
@@ -173,6 +180,9 @@ TW__POOL_HOT struct tw__entry *tw__ref_entry(const struct tw__pool *p, uint32_t 
  * new ones uninitialised), moving the block: every entry pointer taken
  * before is stale. 0 or -ENOMEM (pool unchanged). */
 int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nsent);
+
+/* The entries before slot 0 that nsent list heads take. */
+uint32_t tw__pool_front_for(uint32_t nsent);
 
 /* Makes room for one more slot (doubling). 0 or -ENOMEM (pool unchanged). */
 int tw__pool_grow(struct tw__pool *p, struct tw__mem *m);

@@ -236,6 +236,7 @@ int tw__engine_init(struct tw__engine *e, struct tw__mem *m, uint64_t tick_ns,
         e->lv[k].shift = e->bits * k;
         e->lv[k].sb = tw__sent(k << e->sbits, 0);
     }
+    e->pool.front_max = tw__pool_front_for(tw__sent_count(e, e->max_levels));
     int rc = tw__pool_grow_front(&e->pool, m, tw__sent_count(e, 0));
     if (!rc) {
         sent_init(e, TW__EXPIRED_SENT);

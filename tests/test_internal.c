@@ -1030,6 +1030,40 @@ static void test_pool_grows_in_place(void **state)
     tw_destroy(t);
 }
 
+/* A pool grown big (1 MiB and up) holds room for every level's heads, so
+ * that the levels a far deadline makes later do not move it: before,
+ * each new level copied the whole pool (its heads sit before slot 0),
+ * under the shard's lock in threaded mode. A small pool still grows its
+ * front level by level. */
+static void test_new_level_leaves_big_pool(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__engine *e = &t->shards[0].eng;
+    struct tw__pool *p = &e->pool;
+    int fired = 0;
+    assert_int_equal(tw_schedule(t, SEC, count_fn, &fired, NULL), 0);
+    assert_true(p->front < p->front_max); /* small: as levels need */
+    for (uint32_t j = 1; j < 60000; j++) /* 2.2 MB: past TW__MAP_MIN */
+        assert_int_equal(tw_schedule(t, SEC + (j % 50) * MS, count_fn, &fired, NULL), 0);
+    assert_int_equal(p->front, p->front_max);
+    uint32_t levels = e->nlevels;
+    const struct tw__entry *at = p->entries;
+    /* a day out: new levels, and their heads, in the room kept for them */
+    assert_int_equal(tw_schedule(t, 86400 * SEC, count_fn, &fired, NULL), 0);
+    assert_true(e->nlevels > levels);
+    assert_ptr_equal(p->entries, at);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 2 * SEC), 60000);
+    assert_int_equal(tw_advance(t, 86400 * SEC), 1);
+    assert_int_equal(fired, 60001);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* A threaded shard's pool never asks for huge pages: it is populated
  * under the lock its driver fires under, and a huge page comes in one
  * lump of up to milliseconds (pool.c). Its block is mapped in a
@@ -1285,6 +1319,7 @@ int main(void)
         cmocka_unit_test(test_reservation_refused),
         cmocka_unit_test(test_pool_grows_in_place),
         cmocka_unit_test(test_threaded_pool_stays_small_paged),
+        cmocka_unit_test(test_new_level_leaves_big_pool),
         cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_deferred_ring_fills),
         cmocka_unit_test(test_keymap_wrapped_run),
