@@ -63,10 +63,11 @@ static size_t reservation(const struct tw__pool *p, uint32_t nfront, size_t size
 static int relocate(struct tw__pool *p, struct tw__mem *m, uint32_t nfront, uint32_t ncap)
 {
     size_t sz = sizeof(struct tw__entry);
-    /* a big block (TW__MAP_MIN and up: mapped, with the default
+    /* a big pool (its slots TW__MAP_MIN and up: mapped, with the default
      * allocator) takes room for every level's heads at once (pool.h,
-     * front_max), so that no level made later moves it */
-    if (nfront < p->front_max && ((size_t)p->front_max + ncap) * sz >= TW__MAP_MIN)
+     * front_max), so that no level made later moves it. The slots, not
+     * the block: at a large wheel_size front_max alone passes 1 MiB */
+    if (nfront < p->front_max && (size_t)ncap * sz >= TW__MAP_MIN)
         nfront = p->front_max;
     size_t old = ((size_t)p->front + p->cap) * sz, size = ((size_t)nfront + ncap) * sz;
     size_t keep = ((size_t)p->front + p->used) * sz; /* heads and used slots */

@@ -126,13 +126,14 @@ struct tw__pool {
                          * populated: used <= fault_at <= cap (below) */
     uint64_t retired;
     size_t reserved;    /* the block's reservation in bytes (mem.h) */
-    uint32_t front_max; /* the front every level's heads take: a block
-                         * of TW__MAP_MIN or more is given it whole, so
-                         * that a level made once the pool is big does not
-                         * copy the pool (its heads sit before slot 0)
-                         * under a threaded shard's lock; the room not yet
-                         * used is never written, so a mapped block holds
-                         * no memory for it until a level's heads are */
+    uint32_t front_max; /* the front every level's heads take: a pool
+                         * whose slots take TW__MAP_MIN or more is given
+                         * it whole, so that a level made once the pool
+                         * is big does not copy the pool (its heads sit
+                         * before slot 0) under a threaded shard's lock;
+                         * the room not yet used is never written, so a
+                         * mapped block holds no memory for it until a
+                         * level's heads are */
     int huge;           /* huge pages (pool.c): 0 not asked for yet, 1
                          * asked for, TW__HUGE_NEVER never (a threaded
                          * shard's pool) */
