@@ -92,7 +92,8 @@ struct tw_options {
                                      costs wheel_size * 144 bytes (9 KB
                                      at 64: twice the slots' bucket
                                      lists, see tw_advance); a task pool
-                                     of 1 MiB or more keeps room for
+                                     whose slots take 1 MiB or more
+                                     keeps room for
                                      every level's list heads from the
                                      start, so that making a level never
                                      moves it */
