@@ -173,8 +173,12 @@ void *tw__realloc_res(struct tw__mem *m, void *p, size_t old, size_t size, size_
                 q = NULL;
         }
         if (q) {
-            if (*res && q != p) /* what is left of the old reservation */
-                munmap(p, *res);
+            /* what is left of the old reservation, past the pages that
+             * moved: those are no longer ours, and another thread may
+             * have been handed their addresses already */
+            size_t moved = page_up(old);
+            if (*res > moved && q != p)
+                munmap((char *)p + moved, *res - moved);
             *res = nres;
             m->bytes = m->bytes - old + size;
             return q;
