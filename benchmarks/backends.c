@@ -66,6 +66,11 @@ static void twm_close(struct backend *b)
     tw_destroy(b->impl);
 }
 
+static void twm_drop(struct backend *b)
+{
+    tw_drain(b->impl, NULL, NULL);
+}
+
 static void twm_add(struct backend *b, uint64_t delay, void *arg, uint64_t *out)
 {
     /* a tail call: the id is written straight to where the caller keeps it */
@@ -119,13 +124,13 @@ static uint64_t twt_next(struct backend *b)
 const struct backend_ops be_twheel = {
     "twheel", "twheel, manual mode (the caller advances the clock)", 0, 0,
     twm_open, twm_close, twm_add, twm_cancel, twm_advance, twm_next, twm_bytes,
-    twm_wakeups, 1,
+    twm_wakeups, 1, 0, twm_drop,
 };
 
 const struct backend_ops be_twheel_threaded = {
     "twheel-thr", "twheel, threaded mode (driver thread, locked API)", 1, 1,
     twt_open, twm_close, twm_add, twm_cancel, twt_advance, twt_next, twm_bytes,
-    twm_wakeups,
+    twm_wakeups, 0, 0, twm_drop,
 };
 
 /* W2 only, where a timer's argument is its deadline (bench.c): the

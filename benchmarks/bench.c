@@ -1162,13 +1162,23 @@ static int w4_child(const char *name, size_t n)
         ops->add(&be, delays[k], &g_dummy, &handle_sink);
     uint64_t after = rss_bytes();
     double own = (double)ops->own_bytes(&be) / (double)n;
+    /* every timer dropped and the back end kept (where it can): then the
+     * same timers again, for the close */
+    double drop = -1;
+    if (ops->drop) {
+        double d0 = bench_thread_cpu();
+        ops->drop(&be);
+        drop = (bench_thread_cpu() - d0) * 1e9 / (double)n;
+        for (size_t k = 0; k < n; k++)
+            ops->add(&be, delays[k], &g_dummy, &handle_sink);
+    }
     /* the teardown with every timer still pending: what a server pays to
      * close a timer it never emptied */
     double c0 = bench_thread_cpu();
     ops->close(&be);
     double c1 = bench_thread_cpu();
-    printf("%.3f %.3f %.3f\n", (double)(after - before) / (double)n, own,
-           (c1 - c0) * 1e9 / (double)n);
+    printf("%.3f %.3f %.3f %.3f\n", (double)(after - before) / (double)n, own,
+           (c1 - c0) * 1e9 / (double)n, drop);
     free(delays);
     return 0;
 }
@@ -1177,8 +1187,10 @@ static void run_w4(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
     printf("\nW4 memory: %zu pending timers (1 s .. 1 h); RSS growth in a fresh child process\n", n);
-    printf("  close: thread CPU to close the back end with them all pending, ns per timer\n");
-    printf("    %-11s %14s %16s %16s\n", "", "RSS B/timer", "own B/timer", "close ns/timer");
+    printf("  close: thread CPU to close the back end with them all pending, ns per timer;\n"
+           "  drop: to drop them all and keep it (twheel: tw_drain with no callback)\n");
+    printf("    %-11s %14s %16s %16s %15s\n", "", "RSS B/timer", "own B/timer", "close ns/timer",
+           "drop ns/timer");
     struct result r[NBACKENDS], rc[NBACKENDS];
     int nr = 0;
     for (size_t b = 0; b < NBACKENDS; b++) {
@@ -1189,14 +1201,21 @@ static void run_w4(void)
          * process still holds would otherwise be reused unseen */
         char cmd[1024];
         snprintf(cmd, sizeof cmd, "'%s' --w4-child %s %zu", self_exe, ops->name, n);
-        double res[3] = { 0, 0, 0 };
+        double res[4] = { 0, 0, 0, -1 };
         fflush(stdout);
         FILE *pf = popen(cmd, "r");
-        if (!pf || fscanf(pf, "%lf %lf %lf", &res[0], &res[1], &res[2]) != 3)
+        if (!pf || fscanf(pf, "%lf %lf %lf %lf", &res[0], &res[1], &res[2], &res[3]) != 4) {
             res[0] = res[1] = res[2] = 0;
+            res[3] = -1;
+        }
         if (pf)
             pclose(pf);
-        printf("    %-11s %14.1f %16.1f %16.1f\n", ops->name, res[0], res[1], res[2]);
+        char drops[24] = "-";
+        if (res[3] >= 0) {
+            snprintf(drops, sizeof drops, "%.1f", res[3]);
+            csv_row("W4", ops->name, n, "drop_ns_per_timer", res[3], 0);
+        }
+        printf("    %-11s %14.1f %16.1f %16.1f %15s\n", ops->name, res[0], res[1], res[2], drops);
         r[nr].be = rc[nr].be = ops->name;
         rc[nr].v = res[2];
         r[nr++].v = res[0];

@@ -43,6 +43,10 @@ struct backend_ops {
     /* 1: a model of schedule and cancel alone (no advance, no next):
      * runs W1, W1r and W4 only. */
     int no_advance;
+    /* Drops every pending timer unfired and keeps the back end (twheel:
+     * tw_drain with no callback); NULL where the back end has no such
+     * call. W4 times it. */
+    void (*drop)(struct backend *b);
 };
 
 struct backend {

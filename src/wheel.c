@@ -430,7 +430,9 @@ void tw__wheel_spread(struct tw__engine *e)
     }
 }
 
-void tw__wheel_collect_all(struct tw__engine *e)
+/* Empties every queued bucket: its lists go onto the expired list when
+ * `keep`, else they are let go (their tasks' links are then stale). */
+static void empty_queued(struct tw__engine *e, int keep)
 {
     tw__engine_settle(e);
     while (e->dq.n) {
@@ -442,11 +444,22 @@ void tw__wheel_collect_all(struct tw__engine *e)
             struct tw__link *h = tw__link_at(e, self);
             uint32_t first = h->next, last = h->prev;
             h->next = h->prev = self;
-            if (first != self)
+            if (keep && first != self)
                 splice_to_expired(e, first, last);
         }
         b->mask = 0;
     }
+}
+
+void tw__wheel_collect_all(struct tw__engine *e)
+{
+    empty_queued(e, 1);
+}
+
+void tw__wheel_clear(struct tw__engine *e)
+{
+    empty_queued(e, 0);
+    sent_init(e, TW__EXPIRED_SENT);
 }
 
 int tw__wheel_reserve_period(struct tw__engine *e, uint64_t period_ns)

@@ -368,6 +368,11 @@ void tw__wheel_spread(struct tw__engine *e);
 /* Moves every pending task of the wheel onto the expired list (drain). */
 void tw__wheel_collect_all(struct tw__engine *e);
 
+/* Empties every list, the expired list included, and the delay queue,
+ * visiting no task: their slots must then be freed by the caller
+ * (tw__pool_put_plain), or they are lost. O(buckets queued). */
+void tw__wheel_clear(struct tw__engine *e);
+
 /* Adds a lateness sample to a maximum and a histogram by bit length. */
 TW__HOT void tw__late_add(uint64_t *max, uint64_t *hist, uint64_t late)
 {

@@ -1044,6 +1044,96 @@ static void test_drain_from_periodic(void **state)
     tw_destroy(t);
 }
 
+/* tw_drain with no callback, while every task is plain, drops the lists
+ * whole and frees the slots in one pass (no list is walked): tasks on
+ * several levels, cancels whose unlinks still wait in the ring, and, from
+ * a callback, tasks already on the expired list. Every id goes stale,
+ * nothing fires, the counts hold, and the slots are reused. */
+static size_t drop_rc;
+
+static void drop_all_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (*(int *)arg)++;
+    drop_rc = tw_drain(t, NULL, NULL);
+}
+
+static void test_drain_drops_plain_whole(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    static tw_id ids[N];
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int fired = 0;
+    size_t live = 0;
+    for (int i = 0; i < N; i++) /* 1 ms to ~3 days: four levels */
+        assert_int_equal(tw_schedule(t, (uint64_t)(i + 1) * (i % 4 ? 7 : 86413) * MS, count_fn,
+                                     &fired, &ids[i]), 0);
+    for (int i = 1; i < N; i += 3) /* the last 16 wait in the ring */
+        assert_int_equal(tw_cancel(t, ids[i]), 0);
+    for (int i = 0; i < N; i++) /* slot 0 and the top slot among them */
+        live += i % 3 != 1;
+    struct tw_stats s0, s;
+    tw_stats(t, &s0);
+    assert_true(s0.levels >= 4);
+    assert_int_equal(tw_drain(t, NULL, NULL), live);
+    assert_int_equal(tw_pending(t), 0);
+    tw_stats(t, &s);
+    assert_int_equal(s.drained, s0.drained + live);
+    assert_int_equal(s.cancelled, s0.cancelled);
+    assert_int_equal(s.queued_buckets, 0);
+    assert_int_equal(s.memory_bytes, s0.memory_bytes); /* kept for reuse */
+    assert_check(t);
+    uint64_t d;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tw_cancel(t, ids[i]), -ENOENT);
+        assert_int_equal(tw_deadline(t, ids[i], &d), -ENOENT);
+    }
+    assert_int_equal(tw_next_deadline(t, &d), -ENOENT);
+    assert_int_equal(tw_advance(t, 10 * 86400 * SEC), 0);
+    assert_int_equal(fired, 0);
+
+    /* the slots come back: no new memory, the old ids still stale */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(i % 50 + 1) * MS, count_fn, &fired, NULL), 0);
+    tw_stats(t, &s);
+    assert_int_equal(s.memory_bytes, s0.memory_bytes);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tw_cancel(t, ids[i]), -ENOENT);
+    assert_check(t);
+    uint64_t now = tw_now(t);
+    assert_int_equal(tw_advance(t, now + 100 * MS), N);
+    assert_int_equal(fired, N);
+
+    /* from a callback: the tasks due with it wait on the expired list and
+     * are dropped with the rest, unfired */
+    fired = 0;
+    now = tw_now(t);
+    assert_int_equal(tw_schedule(t, MS, drop_all_fn, &fired, NULL), 0);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(tw_schedule(t, MS, count_fn, &fired, NULL), 0);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(tw_schedule(t, SEC, count_fn, &fired, NULL), 0);
+    assert_int_equal(tw_advance(t, now + 2 * SEC), 1);
+    assert_int_equal(drop_rc, 20);
+    assert_int_equal(fired, 1);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+
+    /* a keyed task among them: the walk, as with a callback */
+    now = tw_now(t);
+    assert_int_equal(tw_schedule(t, MS, count_fn, &fired, &ids[0]), 0);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, count_fn, &fired, NULL), 0);
+    assert_int_equal(tw_drain(t, NULL, NULL), 2);
+    assert_int_equal(tw_cancel(t, ids[0]), -ENOENT);
+    assert_int_equal(tw_cancel_keyed(t, "k", 1), -ENOENT);
+    assert_int_equal(tw_advance(t, now + SEC), 0);
+    assert_int_equal(fired, 1);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* tw_destroy from a callback of its own timer cannot return an error
  * (void) and must not go on: the loop that called the callback would run
  * over freed memory. It aborts with a message, from a firing and from a
@@ -1458,6 +1548,7 @@ int main(void)
         cmocka_unit_test(test_next_deadline_from_callback),
         cmocka_unit_test(test_drain),
         cmocka_unit_test(test_drain_from_periodic),
+        cmocka_unit_test(test_drain_drops_plain_whole),
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_stats_and_misc),
         cmocka_unit_test(test_ids_never_reissued),
