@@ -610,10 +610,21 @@ static void m_drain_each(tw_timer *t, tw_id id, void *arg)
 }
 
 /* Drains everything: each pending task once, the running periodic task
- * included (it does not come back). */
-static inline void m_drain(struct model *m)
+ * included (it does not come back). With no callback (each = 0) the
+ * timer hands nothing back and the model drops its pending tasks itself;
+ * a timer whose tasks are all plain then drops its lists whole (tw_drain
+ * in the header), and the ids must go stale all the same. */
+static inline void m_drain(struct model *m, int each)
 {
-    size_t want = (size_t)m->npending, got = tw_drain(m->t, m_drain_each, m);
+    size_t want = (size_t)m->npending, got = tw_drain(m->t, each ? m_drain_each : NULL, m);
+    for (int n = 0; !each && n < m->ntasks; n++) {
+        struct mtask *k = &m->tasks[n];
+        if (k->state == M_PENDING) {
+            k->state = M_CANCELLED;
+            m->npending--;
+            m_drop_key(m, k);
+        }
+    }
     if (got != want)
         MODEL_FAIL(m, "drain handed back %zu tasks, want %zu", got, want);
     if (m->npending != 0)
@@ -636,7 +647,7 @@ static inline void m_callback_ops(struct model *m)
         /* rare; threaded, the one-shot tasks the driver has taken are not
          * pending and run after the drain: a race the model leaves alone */
         if (op < 32 && !m->threaded)
-            m_drain(m);
+            m_drain(m, (op >> 3) & 1);
         break;
     default:
         if (m->running && m->running->period) /* its next firing, far out */
@@ -954,8 +965,9 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
         case 12: m_schedule_every(m); break;
         case 13:
             if (op >> 4 == 0) {
-                if (msrc_u8(src) < 8) /* rare: drain everything */
-                    m_drain(m);
+                uint8_t b = msrc_u8(src);
+                if (b < 8) /* rare: drain everything, with or without each */
+                    m_drain(m, b & 1);
             } else if (op >> 4 < 4) {
                 /* one allocation fails: the Nth from now, whichever call
                  * (or callback) makes it */
@@ -989,7 +1001,7 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
         if (k->state == M_PENDING)
             MODEL_FAIL(m, "task %d left pending after the end of time", i);
     }
-    m_drain(m);
+    m_drain(m, 1);
     if (tw_pending(m->t) != 0)
         MODEL_FAIL(m, "%zu tasks left after the end of time", tw_pending(m->t));
     m_verify(m);
