@@ -220,12 +220,13 @@ TW_API int tw_create(tw_timer **out, const struct tw_options *o);
  * dropped unfired: call tw_stop first to get them back). NULL is a no-op.
  * Frees every byte the timer holds. Cost: pending plain tasks go with
  * the entry pool, freed whole (a few ns a task: its share of the pages
- * unmapped); while keyed or periodic tasks (which hold records and keys
- * of their own) are pending in a shard, that shard walks every task it
- * holds, a cache miss each (171 to 201 ns a task at 10^6 pending on the
- * VM of benchmarks/results/history.md, "Rounds on a fifth host, and a
- * destroy that frees plain tasks whole"; 3 to 6 ns without the walk:
- * twheel-bench's W4 close column).
+ * unmapped; twheel-bench's W4 close column). A shard that holds keyed or
+ * periodic tasks (records and keys of their own) first frees its tasks
+ * as tw_drain(t, NULL, NULL) does, in one pass over its slots (4 to 7 ns
+ * a task at 10^6 pending beside one periodic task, history.md, "A drain
+ * with nothing to hand back"); only one whose periodic task was taken to
+ * fire when the timer stopped walks its lists, a cache miss a task (171
+ * to 201 ns at 10^6).
  * Must not be called from a callback of the same timer (a firing, a
  * drain's `each`, tw_stop's `unfired`): the loop running the callback
  * would go on over freed memory, and a void call cannot report it, so it
@@ -365,13 +366,14 @@ TW_API size_t tw_pending(tw_timer *t);
  * early).
  * O(pending + buckets), plus a pass over the slots ever used while a
  * periodic task is running or taken: each task is taken out of its list,
- * a cache miss apiece once they outgrow the cache. With each NULL and
- * no keyed or periodic task in a shard, that shard instead lets its
- * lists go whole and frees the slots in one pass over them in address
- * order, its lock held throughout: O(slots ever used + buckets). At 10^6
- * pending, 1.4 to 4.3 ns a task against 160 to 173 for the walk
- * (twheel-bench's W4 drop column; benchmarks/results/history.md, "A
- * drain with nothing to hand back"). */
+ * a cache miss apiece once they outgrow the cache. With each NULL, a
+ * shard with no periodic task running or taken instead lets its lists go
+ * whole and frees the slots in one pass over them in address order (a
+ * keyed or periodic task's record and key as a cancel frees them), its
+ * lock held throughout: O(slots ever used + buckets). At 10^6 pending,
+ * 1.4 to 4.3 ns a task against 160 to 173 for the walk (twheel-bench's W4
+ * drop column; benchmarks/results/history.md, "A drain with nothing to
+ * hand back"). */
 TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
 
 /* Within a tw_drain / tw_stop callback: the `arg` given to that call

@@ -160,22 +160,6 @@ void tw__pool_rewind(struct tw__pool *p)
     p->rewound = 0;
 }
 
-size_t tw__pool_put_plain(struct tw__pool *p)
-{
-    size_t n = 0;
-    /* from the top down: the free list pops the last pushed first, so the
-     * next schedules take the freed slots about in address order (a block
-     * at a time, lowest block first: pool.h). Sequential: no task's list
-     * neighbours are read, where a walk of the lists waits on a cache miss
-     * a task */
-    for (uint32_t i = p->used; i-- > 0;)
-        if ((p->entries[i].gen & 3u) == TW__GEN_PLAIN) {
-            tw__pool_put(p, i);
-            n++;
-        }
-    return n;
-}
-
 void tw__pool_destroy(struct tw__pool *p, struct tw__mem *m)
 {
     if (p->entries)

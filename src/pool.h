@@ -443,13 +443,6 @@ TW__POOL_HOT uint32_t tw__pool_lookup(const struct tw__pool *p, uint32_t i,
     return i;
 }
 
-/* Frees every slot that holds a plain task (its generation says so:
- * TW__GEN_PLAIN), in one pass over the slots in address order, as
- * tw__pool_put does one: the tasks' ids go stale. For a drop of every
- * task at once, once no list holds them (tw__wheel_clear) and no task
- * is an extra one. Returns how many it freed. */
-size_t tw__pool_put_plain(struct tw__pool *p);
-
 void tw__pool_destroy(struct tw__pool *p, struct tw__mem *m);
 
 #endif

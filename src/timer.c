@@ -151,13 +151,12 @@ static void free_shards(tw_timer *t, uint32_t made)
     for (uint32_t s = 0; s < made; s++) {
         struct tw__shard *sh = &t->shards[s];
         /* Only keyed and periodic tasks hold memory of their own (an extra
-         * record, a key): the drain walks every list to release theirs.
-         * With none, a plain task is just its slot, and the pool, the
-         * wheels and the delay queue are freed whole below: a walk would
-         * cost a cache miss a task (0.17 s at 10^6 pending on a busy VM;
-         * twheel-bench's W4 close column) for nothing. Threaded, the
-         * runtime is gone by now (stopped without a drain), so no other
-         * thread can touch the shard. */
+         * record, a key): the drain releases theirs (a pass over the slots,
+         * or, with a periodic task taken, a walk of every list). With
+         * none, a plain task is just its slot, and the pool, the wheels
+         * and the delay queue are freed whole below. Threaded, the runtime
+         * is gone by now (stopped without a drain), so no other thread can
+         * touch the shard. */
         if (sh->eng.extras)
             tw__drain_shard(t, s, NULL);
         tw__extra_pool_destroy(&sh->eng);
@@ -964,6 +963,38 @@ size_t tw_pending(tw_timer *t)
 
 /* ---- drain ------------------------------------------------------------ */
 
+/* A drain with nothing to hand back, while no periodic task is taken (so
+ * every task is in a list): the lists are let go whole and every slot in
+ * use is freed in one pass over the slots, from the top down (the free
+ * list then gives them back about in address order), where a walk of the
+ * lists waits on a cache miss a task (history.md, "A drain with nothing
+ * to hand back"). A keyed or periodic task's record and key are freed as
+ * a cancel frees them. No task is taken out of a list on the way, so none
+ * can be missed or freed twice. Returns how many it dropped. */
+static size_t drop_all(tw_timer *t, struct tw__engine *e)
+{
+    struct tw__pool *p = &e->pool;
+    size_t n = 0, plain = 0;
+    tw__wheel_clear(e);
+    for (uint32_t i = tw__pool_slots(p); i-- > 0;) {
+        struct tw__entry *en = tw__pool_entry(p, i);
+        uint32_t g = *tw__pool_gen(p, i) & 3u;
+        if (g == TW__GEN_EXTRA) {
+            tw__task_free(t, e, i, en);
+        } else if (g == TW__GEN_PLAIN) {
+            tw__pool_put(p, i);
+            plain++; /* its place under max_pending: below, at once */
+        } else {
+            continue; /* free */
+        }
+        n++;
+    }
+    e->drained += n;
+    if (t->max_pending && t->threaded)
+        atomic_fetch_sub(&t->total_pending, plain);
+    return n;
+}
+
 size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
 {
     struct tw__shard *sh = &t->shards[si];
@@ -974,18 +1005,8 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
      * with the lock dropped: the driver must not take from the list
      * meanwhile, or it would fire tasks before their time (draining). */
     e->draining++;
-    if (!each && !e->extras && !e->taken) {
-        /* Nothing to hand back and every task plain: drop the lists whole
-         * and free the slots in one pass in address order, where the walk
-         * below waits on a cache miss a task (history.md, "A drain with
-         * nothing to hand back"). No task is taken out of a list on the
-         * way, so none can be missed or freed twice. */
-        tw__wheel_clear(e);
-        n = tw__pool_put_plain(&e->pool);
-        e->drained += n;
-        if (t->max_pending && t->threaded)
-            atomic_fetch_sub(&t->total_pending, n);
-    }
+    if (!each && !e->taken)
+        n = drop_all(t, e);
     tw__wheel_collect_all(e);
     uint32_t r;
     /* settled each time: `each` runs unlocked and may cancel what is left */

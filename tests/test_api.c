@@ -1044,11 +1044,12 @@ static void test_drain_from_periodic(void **state)
     tw_destroy(t);
 }
 
-/* tw_drain with no callback, while every task is plain, drops the lists
- * whole and frees the slots in one pass (no list is walked): tasks on
- * several levels, cancels whose unlinks still wait in the ring, and, from
- * a callback, tasks already on the expired list. Every id goes stale,
- * nothing fires, the counts hold, and the slots are reused. */
+/* tw_drain with no callback (and no periodic task running) drops the
+ * lists whole and frees the slots in one pass (no list is walked): tasks
+ * on several levels, cancels whose unlinks still wait in the ring, from a
+ * callback tasks already on the expired list, and keyed and periodic
+ * tasks, whose records and keys go as a cancel's. Every id and key goes
+ * stale, nothing fires, the counts hold, and the memory is reused. */
 static size_t drop_rc;
 
 static void drop_all_fn(tw_timer *t, tw_id id, void *arg)
@@ -1121,15 +1122,46 @@ static void test_drain_drops_plain_whole(void **state)
     assert_int_equal(tw_pending(t), 0);
     assert_check(t);
 
-    /* a keyed task among them: the walk, as with a callback */
+    /* keyed and periodic tasks among plain ones: their records and keys
+     * go as a cancel's do, and the keys can be used again */
     now = tw_now(t);
-    assert_int_equal(tw_schedule(t, MS, count_fn, &fired, &ids[0]), 0);
-    assert_int_equal(tw_schedule_keyed(t, "k", 1, MS, count_fn, &fired, NULL), 0);
-    assert_int_equal(tw_drain(t, NULL, NULL), 2);
-    assert_int_equal(tw_cancel(t, ids[0]), -ENOENT);
-    assert_int_equal(tw_cancel_keyed(t, "k", 1), -ENOENT);
-    assert_int_equal(tw_advance(t, now + SEC), 0);
+    tw_stats(t, &s0);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(i + 1) * MS, count_fn, &fired, &ids[i]), 0);
+    char key[8];
+    for (int i = 0; i < 50; i++) {
+        int len = snprintf(key, sizeof key, "k%d", i);
+        assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, (uint64_t)(i + 1) * SEC, count_fn,
+                                           &fired, &ids[100 + i]), 0);
+        assert_int_equal(tw_schedule_every(t, MS, (uint64_t)(i + 1) * MS, TW_FIXED_RATE, count_fn,
+                                           &fired, &ids[150 + i]), 0);
+    }
+    assert_int_equal(tw_drain(t, NULL, NULL), 200);
+    tw_stats(t, &s);
+    assert_int_equal(s.drained, s0.drained + 200);
+    assert_check(t);
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(tw_cancel(t, ids[i]), -ENOENT);
+    for (int i = 0; i < 50; i++) {
+        int len = snprintf(key, sizeof key, "k%d", i);
+        assert_int_equal(tw_cancel_keyed(t, key, (size_t)len), -ENOENT);
+    }
+    assert_int_equal(tw_advance(t, now + 100 * SEC), 0);
     assert_int_equal(fired, 1);
+    /* the records and keys come back for reuse: no new memory */
+    uint64_t mem = s.memory_bytes;
+    for (int i = 0; i < 50; i++) {
+        int len = snprintf(key, sizeof key, "k%d", i);
+        assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, MS, count_fn, &fired, NULL), 0);
+        assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, count_fn, &fired, &ids[i]), 0);
+    }
+    tw_stats(t, &s);
+    assert_int_equal(s.memory_bytes, mem);
+    now = tw_now(t);
+    assert_int_equal(tw_advance(t, now + MS), 100);
+    assert_int_equal(fired, 101);
+    assert_int_equal(tw_drain(t, NULL, NULL), 50); /* the periodic ones */
+    assert_int_equal(tw_pending(t), 0);
     assert_check(t);
     tw_destroy(t);
 }
