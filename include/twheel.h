@@ -371,7 +371,7 @@ TW_API size_t tw_pending(tw_timer *t);
  * whole and frees the slots in one pass over them in address order (a
  * keyed or periodic task's record and key as a cancel frees them), its
  * lock held throughout: O(slots ever used + buckets). At 10^6 pending,
- * 1.4 to 4.3 ns a task against 160 to 173 for the walk (twheel-bench's W4
+ * 1.4 to 4.3 ns a task against 160 to 192 for the walk (twheel-bench's W4
  * drop column; benchmarks/results/history.md, "A drain with nothing to
  * hand back"). */
 TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
