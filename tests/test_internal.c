@@ -167,6 +167,27 @@ static void test_wrap_on_keyed_cancel(void **state)
     tw_destroy(t);
 }
 
+/* A drain with no callback frees every slot in one pass (drop_all in
+ * timer.c): a plain task at its slot's last generation retires the slot
+ * there too, and a keyed one beside it goes as a cancel's would. */
+static void test_wrap_on_drop(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    tw_id ids[2];
+    uint32_t slot = reuse(t, noop_fn, ids);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(retired(t), 0);
+    assert_int_equal(tw_drain(t, NULL, NULL), 3);
+    assert_int_equal(retired(t), 1);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_cancel_keyed(t, "k", 1), -ENOENT);
+    assert_retired(t, slot, ids, 2);
+    tw_destroy(t);
+}
+
 static uint64_t fixed_clock(void *ctx)
 {
     (void)ctx;
@@ -1303,6 +1324,7 @@ int main(void)
         cmocka_unit_test(test_wrap_on_cancel),
         cmocka_unit_test(test_wrap_on_fire),
         cmocka_unit_test(test_wrap_on_keyed_cancel),
+        cmocka_unit_test(test_wrap_on_drop),
         cmocka_unit_test(test_wrap_threaded),
         cmocka_unit_test(test_thread_start_fails),
         cmocka_unit_test(test_default_shards_follow_affinity),
