@@ -968,30 +968,21 @@ size_t tw_pending(tw_timer *t)
  * use is freed in one pass over the slots, from the top down (the free
  * list then gives them back about in address order), where a walk of the
  * lists waits on a cache miss a task (history.md, "A drain with nothing
- * to hand back"). A keyed or periodic task's record and key are freed as
- * a cancel frees them. No task is taken out of a list on the way, so none
+ * to hand back"). Each task is freed as a cancel frees it (tw__task_free:
+ * its slot, its record and key if it has them, its place under
+ * max_pending). No task is taken out of a list on the way, so none
  * can be missed or freed twice. Returns how many it dropped. */
 static size_t drop_all(tw_timer *t, struct tw__engine *e)
 {
     struct tw__pool *p = &e->pool;
-    size_t n = 0, plain = 0;
+    size_t n = 0;
     tw__wheel_clear(e);
-    for (uint32_t i = tw__pool_slots(p); i-- > 0;) {
-        struct tw__entry *en = tw__pool_entry(p, i);
-        uint32_t g = *tw__pool_gen(p, i) & 3u;
-        if (g == TW__GEN_EXTRA) {
-            tw__task_free(t, e, i, en);
-        } else if (g == TW__GEN_PLAIN) {
-            tw__pool_put(p, i);
-            plain++; /* its place under max_pending: below, at once */
-        } else {
-            continue; /* free */
+    for (uint32_t i = tw__pool_slots(p); i-- > 0;)
+        if (*tw__pool_gen(p, i) & 3u) { /* in use: plain or extra */
+            tw__task_free(t, e, i, tw__pool_entry(p, i));
+            n++;
         }
-        n++;
-    }
     e->drained += n;
-    if (t->max_pending && t->threaded)
-        atomic_fetch_sub(&t->total_pending, plain);
     return n;
 }
 
