@@ -1,8 +1,10 @@
 /* timer.h: the public tw_timer, its shards, and the dispatch helpers that
- * the manual path (timer.c) and the threaded runtime (runtime.c) share. */
+ * the API (timer.c, drain.c, stats.c) and the threaded runtime
+ * (runtime.c) share. */
 #ifndef TW_TIMER_H
 #define TW_TIMER_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>

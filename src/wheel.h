@@ -370,7 +370,7 @@ void tw__wheel_collect_all(struct tw__engine *e);
 
 /* Empties every list, the expired list included, and the delay queue,
  * visiting no task: their slots must then be freed by the caller
- * (drop_all in timer.c), or they are lost. O(buckets queued). */
+ * (drop_all in drain.c), or they are lost. O(buckets queued). */
 void tw__wheel_clear(struct tw__engine *e);
 
 /* Adds a lateness sample to a maximum and a histogram by bit length. */

@@ -168,7 +168,7 @@ static void test_wrap_on_keyed_cancel(void **state)
 }
 
 /* A drain with no callback frees every slot in one pass (drop_all in
- * timer.c): a plain task at its slot's last generation retires the slot
+ * drain.c): a plain task at its slot's last generation retires the slot
  * there too, and a keyed one beside it goes as a cancel's would. */
 static void test_wrap_on_drop(void **state)
 {
