@@ -269,6 +269,12 @@ TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
  * -ESHUTDOWN once tw_stop has begun. */
 TW_API int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns);
 
+/* Like tw_reschedule, with an absolute deadline on the timer's clock (as
+ * tw_schedule_at is to tw_schedule): a deadline in the past is due now,
+ * and fires at the next tw_advance (threaded: the driver's next pass).
+ * Reads no clock. Returns as tw_reschedule does. */
+TW_API int tw_reschedule_at(tw_timer *t, tw_id id, uint64_t deadline_ns);
+
 /* When a pending task is due: sets *deadline_ns to its deadline as
  * scheduled, on the timer's clock (tw_now's), before rounding: it fires at
  * the first tick boundary at or after it. For a periodic task, its next

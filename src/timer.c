@@ -737,7 +737,9 @@ int tw_cancel_keyed(tw_timer *t, const void *key, size_t keylen)
     return rc;
 }
 
-int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
+/* tw_reschedule (v a delay from tw_now) and tw_reschedule_at (v a
+ * deadline). */
+static int reschedule(tw_timer *t, tw_id id, int absolute, uint64_t v)
 {
     if (!t)
         return -EINVAL;
@@ -752,7 +754,9 @@ int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
     if (i == TW__NIL || rc == -ESHUTDOWN)
         goto out;
     struct tw__entry *en = tw__pool_entry(&e->pool, i);
-    uint64_t deadline = sat_add(base_time(t, e), delay_ns);
+    /* a deadline already past is due now: placing clamps it to the
+     * current tick (tw__wheel_place_at), as tw_schedule_at's is */
+    uint64_t deadline = absolute ? v : sat_add(base_time(t, e), v);
     uint64_t dt = tw__ticks_ceil(e, deadline);
     struct tw__extra *x = tw__is_extra(en) ? en->arg : NULL;
     if (x && x->state != TW__X_IDLE) { /* from a periodic's own callback */
@@ -776,6 +780,16 @@ int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
 out:
     tw__shard_unlock(t, sh);
     return rc;
+}
+
+int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns)
+{
+    return reschedule(t, id, 0, delay_ns);
+}
+
+int tw_reschedule_at(tw_timer *t, tw_id id, uint64_t deadline_ns)
+{
+    return reschedule(t, id, 1, deadline_ns);
 }
 
 int tw_deadline(tw_timer *t, tw_id id, uint64_t *deadline_ns)

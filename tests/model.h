@@ -542,19 +542,28 @@ static inline void m_reschedule_task(struct model *m, struct mtask *k)
 {
     m_check_deadline(m, k);
     uint64_t v = m_delay(m), d = m_sat_add(m->now, v);
+    /* tw_reschedule_at half the time: to the same instant, or (unless a
+     * new level is wanted) to one as far in the past, due now */
+    uint8_t how = msrc_u8(m->src);
+    int absolute = how & 1;
+    if (absolute && (how & 2) && !m->force_delay) {
+        d = m->now > v ? m->now - v : 0;
+        if (m->threaded && d <= m->now) /* see m_delay */
+            d = m->now + 1;
+    }
     int racy = m_racy(m, k);
     /* a periodic task taken would run in this pass and then come back at
      * d, one not taken would move to d: the model does not follow that */
     if (racy && k->period)
         return;
     unsigned long f = m->failures;
-    int rc = tw_reschedule(m->t, k->id, v);
+    int rc = absolute ? tw_reschedule_at(m->t, k->id, d) : tw_reschedule(m->t, k->id, v);
     if (racy && rc == -ENOENT)
         return; /* taken: it runs in this pass */
     if (k->state != M_PENDING) {
         if (rc != -ENOENT)
-            MODEL_FAIL(m, "reschedule of task %ld (state %d) returned %d",
-                       (long)(k - m->tasks), k->state, rc);
+            MODEL_FAIL(m, "reschedule%s of task %ld (state %d) returned %d",
+                       absolute ? "_at" : "", (long)(k - m->tasks), k->state, rc);
         return;
     }
     if (m_result(m, "reschedule", rc, f))

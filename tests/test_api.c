@@ -357,6 +357,94 @@ static void test_reschedule(void **state)
     tw_destroy(t);
 }
 
+/* tw_reschedule_at: an absolute deadline, kept as given (tw_deadline) and
+ * rounded up to the tick; a past one is due now; the end of time only at
+ * tw_advance(UINT64_MAX); a failed call moves nothing. */
+static void test_reschedule_at(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 1000 * MS, MS, 64);
+    int n = 0;
+    tw_id a, b;
+    uint64_t d = 42;
+    assert_int_equal(tw_schedule(t, 10 * MS, count_fn, &n, &a), 0);
+    assert_int_equal(tw_schedule(t, 3600 * SEC, count_fn, &n, &b), 0);
+    assert_int_equal(tw_reschedule_at(NULL, a, 0), -EINVAL);
+    assert_int_equal(tw_reschedule_at(t, 0, 0), -ENOENT);
+    assert_int_equal(tw_reschedule_at(t, a ^ (1ull << 32), 0), -ENOENT);
+    assert_int_equal(tw_deadline(t, a, &d), 0);
+    assert_int_equal(d, 1010 * MS); /* the failures moved nothing */
+
+    /* later, to a coarser level, then back: never early */
+    assert_int_equal(tw_reschedule_at(t, a, 5000 * SEC), 0);
+    assert_int_equal(tw_deadline(t, a, &d), 0);
+    assert_int_equal(d, 5000 * SEC);
+    assert_int_equal(tw_reschedule_at(t, a, 1005 * MS + 300), 0);
+    assert_int_equal(tw_deadline(t, a, &d), 0);
+    assert_int_equal(d, 1005 * MS + 300);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, 1006 * MS);
+    assert_int_equal(tw_advance(t, 1005 * MS + 999999), 0);
+    assert_int_equal(tw_advance(t, 1006 * MS), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(tw_reschedule_at(t, a, 2000 * MS), -ENOENT); /* fired */
+
+    /* a deadline already past is due now, and kept as given */
+    assert_int_equal(tw_reschedule_at(t, b, 3 * MS), 0);
+    assert_int_equal(tw_deadline(t, b, &d), 0);
+    assert_int_equal(d, 3 * MS);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_true(d <= 1006 * MS);
+    assert_int_equal(tw_advance(t, 1006 * MS), 1);
+    assert_int_equal(n, 2);
+
+    /* the end of time: fires only there */
+    assert_int_equal(tw_schedule(t, MS, count_fn, &n, &b), 0);
+    assert_int_equal(tw_reschedule_at(t, b, UINT64_MAX), 0);
+    assert_int_equal(tw_advance(t, 400ull * 365 * 86400 * SEC), 0);
+    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_advance(t, UINT64_MAX), 1);
+    assert_int_equal(n, 3);
+    assert_check(t);
+    tw_destroy(t);
+}
+
+/* From a periodic task's own callback, tw_reschedule_at sets its next
+ * firing at that instant, and the period goes on from there. */
+static tw_id resched_at_id;
+static int resched_at_calls;
+static void resched_at_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    if (resched_at_calls++ == 0)
+        assert_int_equal(tw_reschedule_at(t, id, tw_now(t) + 25 * MS + 1), 0);
+    resched_at_id = id;
+}
+
+static void test_periodic_reschedule_at_from_callback(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    tw_id id;
+    uint64_t d;
+    assert_int_equal(tw_schedule_every(t, MS, 10 * MS, TW_FIXED_RATE, resched_at_fn, NULL,
+                                       &id), 0);
+    assert_int_equal(tw_advance(t, MS), 1);
+    assert_int_equal(tw_deadline(t, id, &d), 0);
+    assert_int_equal(d, 26 * MS + 1);
+    assert_int_equal(tw_advance(t, 26 * MS), 0); /* rounded up: at 27 ms */
+    assert_int_equal(tw_advance(t, 27 * MS), 1);
+    assert_int_equal(tw_deadline(t, id, &d), 0);
+    assert_int_equal(d, 36 * MS + 1); /* the period, from the new deadline */
+    assert_int_equal(resched_at_calls, 2);
+    assert_int_equal(resched_at_id, id);
+    assert_int_equal(tw_cancel(t, id), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* What tw_deadline says from a periodic task's own callback: -EBUSY until
  * the callback sets the next firing, then that; -ENOENT once cancelled. */
 struct deadline_probe {
@@ -1564,6 +1652,8 @@ int main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cancel_deferred_unseen),
         cmocka_unit_test(test_reschedule),
+        cmocka_unit_test(test_reschedule_at),
+        cmocka_unit_test(test_periodic_reschedule_at_from_callback),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_order_across_levels),
         cmocka_unit_test(test_level_boundaries),

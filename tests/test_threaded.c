@@ -182,6 +182,31 @@ static void test_reschedule_earlier_wakes_driver(void **state)
     tw_destroy(t);
 }
 
+/* The same through tw_reschedule_at, to an instant the driver has not
+ * planned for; and to one already past, which is due at once. */
+static void test_reschedule_at_earlier_wakes_driver(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    uint64_t base = atomic_load(&c.now);
+    struct ftask k = { &c, base + 10 * MS, 0, 0 }, p = { &c, 0, 0, 0 };
+    tw_id id, pid;
+    assert_int_equal(tw_schedule(t, 3600 * SEC, ftask_fn, &k, &id), 0);
+    assert_int_equal(tw_schedule(t, 3600 * SEC, ftask_fn, &p, &pid), 0);
+    assert_int_equal(tw_wake(t), 0); /* planned: an hour away */
+    assert_int_equal(tw_reschedule_at(t, id, base + 10 * MS), 0);
+    assert_int_equal(tw_reschedule_at(t, pid, 0), 0); /* past: due now */
+    spin_until(&p.fired);
+    assert_int_equal(atomic_load(&k.fired), 0); /* the clock has not moved */
+    atomic_store(&c.now, base + 10 * MS);
+    spin_until(&k.fired);
+    assert_int_equal(atomic_load(&k.fired), 1);
+    assert_int_equal(atomic_load(&k.early), 0);
+    assert_int_equal(atomic_load(&p.early), 0);
+    tw_destroy(t);
+}
+
 static void test_cancel_before_fire(void **state)
 {
     (void)state;
@@ -345,6 +370,7 @@ static void test_stop_hands_back(void **state)
     assert_int_equal(tw_schedule_keyed(t, "k", 1, SEC, noop_fn, NULL, NULL), -ESHUTDOWN);
     assert_int_equal(tw_stop(t, NULL, NULL), -EALREADY);
     assert_int_equal(tw_reschedule(t, 1ull << 32 | 1, SEC), -ESHUTDOWN);
+    assert_int_equal(tw_reschedule_at(t, 1ull << 32 | 1, SEC), -ESHUTDOWN);
     assert_int_equal(tw_wake(t), -ESHUTDOWN);
     assert_int_equal(tw_pending(t), 0);
     struct tw_stats s;
@@ -1366,6 +1392,7 @@ int main(void)
         cmocka_unit_test(test_clock_behind_driver),
         cmocka_unit_test(test_driver_sleeps_behind_monotonic),
         cmocka_unit_test(test_reschedule_earlier_wakes_driver),
+        cmocka_unit_test(test_reschedule_at_earlier_wakes_driver),
         cmocka_unit_test(test_cancel_before_fire),
         cmocka_unit_test(test_driver_spreads_cascade),
         cmocka_unit_test(test_periodic_threaded),
