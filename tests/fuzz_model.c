@@ -2,6 +2,12 @@
  * from fuzz input. Any disagreement with the model aborts. */
 #include "model.h"
 
+/* fuzz_model_threaded is this file built with TW_FUZZ_THREADED_ONE_IN=1:
+ * every input on a threaded timer. */
+#ifndef TW_FUZZ_THREADED_ONE_IN
+#define TW_FUZZ_THREADED_ONE_IN 32
+#endif
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -13,6 +19,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * is threaded. The fuzzer keeps those that reach new code, so they
      * still take more of its time than that: 60 s run ~50,000 inputs,
      * against ~280,000 with no threaded ones. */
-    model_run(&src, 4096, 32);
+    model_run(&src, 4096, TW_FUZZ_THREADED_ONE_IN);
     return 0;
 }
