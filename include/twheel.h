@@ -180,7 +180,9 @@ struct tw_stats {
     uint64_t drained;        /* tasks handed back by tw_drain / tw_stop */
     uint64_t cascaded;       /* re-insertions of a task from a coarse bucket
                                 into a finer one, at the bucket's tick or
-                                ahead of it (see tw_advance) */
+                                ahead of it (see tw_advance), or of a task
+                                pushed later by tw_reschedule from the
+                                bucket it had stayed in */
     uint64_t rejected;       /* schedules refused for max_pending */
     uint64_t levels;         /* wheel levels created so far */
     uint64_t queued_buckets; /* non-empty buckets in the delay queue now */
@@ -265,8 +267,15 @@ TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
 /* Moves a pending task so that it fires delay_ns after tw_now (clamped as
  * in tw_schedule). Its id stays the same. Called on a periodic task from
  * its own callback, it sets the next firing. Returns 0, -ENOENT if the id
- * is not pending, -EINVAL (t NULL), -ENOMEM (the task is left as it was),
- * -ESHUTDOWN once tw_stop has begun. */
+ * is not pending, -EINVAL (t NULL), -ENOMEM (the task is left as it was:
+ * only a deadline past every level made so far allocates), -ESHUTDOWN
+ * once tw_stop has begun. O(1). A later deadline for a plain task (an
+ * idle timeout pushed back) is written in place and the task stays where
+ * it is until its old place comes due, then moves, once however often it
+ * was pushed: it never fires before its new deadline, but
+ * tw_next_deadline (and the threaded driver) may still name the old
+ * place's time, with nothing to fire then. An earlier deadline, or a
+ * keyed or periodic task, moves at once. */
 TW_API int tw_reschedule(tw_timer *t, tw_id id, uint64_t delay_ns);
 
 /* Like tw_reschedule, with an absolute deadline on the timer's clock (as
@@ -343,7 +352,8 @@ TW_API int tw_advance(tw_timer *t, uint64_t now_ns);
 
 /* Sets *deadline_ns to the time at which tw_advance next has work: never
  * later than the earliest pending task's firing time, possibly earlier
- * when a coarse bucket must cascade, and possibly <= tw_now (call
+ * when a coarse bucket must cascade or a task pushed later by
+ * tw_reschedule must move, and possibly <= tw_now (call
  * tw_advance right away). Returns 0, -ENOENT if nothing is pending, or
  * -EINVAL (t or deadline_ns NULL); *deadline_ns is written only on
  * success. */

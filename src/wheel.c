@@ -91,8 +91,10 @@
  * 72 (9 KB a level at W = 64).
  *
  * Never early: a deadline is rounded UP to the tick (tw__ticks_ceil) before
- * it is placed, and a bucket is popped only when the target tick, floor(now
- * / tick), has reached its expiration. So a task fires at the first advance
+ * it is placed, a bucket is popped only when the target tick, floor(now
+ * / tick), has reached its expiration, and of its tasks only those whose
+ * own tick that is go to be fired (one pushed later is placed anew, below;
+ * empty_bucket). So a task fires at the first advance
  * with now >= ceil(deadline / tick) * tick: never before its deadline, and
  * at most one tick after it for a caller advancing to tw_next_deadline.
  *
@@ -137,6 +139,33 @@
  * caches do not repay: ~1-2 ns more a pair where the task is recent (W1r)
  * or the timer small (W1 at 10^4), and nothing gained where each add
  * reads the clock in manual mode (W1+clock).
+ *
+ * Pushing a deadline later. An idle timeout is pushed back at every
+ * request on its connection, many times for each time it could fire.
+ * Moving the task each time is an unlink and an append, with the two
+ * neighbours' cache misses the deferred cancel above avoids. So when
+ * tw_reschedule gives a plain task a deadline no earlier than its own,
+ * and the task is still in the wheel (its tick after the current one),
+ * the new deadline is only written into the entry: the task stays in its
+ * bucket, whose expiration is no later than the old deadline's tick, so
+ * no later than the new one's. When that bucket comes due, collection
+ * reads each task's tick before it takes it (level 0 included, which
+ * until then fired a level-0 bucket's tasks unread), and places a task
+ * not yet due anew, as a cascade does; the spread does the same for a
+ * task due past the level it would move to. However often a task is
+ * pushed, it moves at most once per bucket it sat in that came due, and
+ * the move is part of a walk whose next entries are prefetched. Never
+ * early holds: what fires is only what collection finds due. The level
+ * the new deadline needs is made at the push, so that the later move
+ * cannot fail. Not for an earlier deadline (it must move now), a keyed
+ * or periodic task (their records follow their place), a task on the
+ * expired list (due: it moves at once) or while a drain is under way.
+ * Cost: a pushed task's old bucket may be the earliest one, so
+ * tw_next_deadline and the threaded driver may wake for it with nothing
+ * to fire (once per bucket, as for a coarse bucket's cascade); tw_check
+ * then allows a plain task past its bucket's end; and ~6 instructions per
+ * task fired, to read its tick. twheel-bench W6 (idle timeouts), A/B
+ * against moving at each push: see benchmarks/results/history.md.
  */
 #include <errno.h>
 #include <string.h>
@@ -319,7 +348,8 @@ static inline void prefetch_entry(const struct tw__engine *e, uint32_t r)
  * the next entry of each list prefetched, so that the misses of the
  * lists overlap. A task due by the current tick goes to the expired list;
  * any other is placed again relative to the current tick, which demotes
- * it to a finer level. Level-0 tasks are all due.
+ * it to a finer level. Level-0 tasks are all due, but for one whose
+ * deadline tw_reschedule pushed later in place, which is placed anew.
  *
  * Both ends of the next entry are prefetched: a 36-byte entry spans two
  * cache lines at half the positions, and the deadline (read here when
@@ -352,13 +382,17 @@ static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
                 prefetch_entry(e, next);
             else
                 live--;
-            uint64_t dt;
-            if (!cascade || (dt = tw__ticks_ceil(e, en->deadline)) <= e->cur) {
+            /* never early: a level-0 task is looked at too, since one
+             * pushed later (tw_reschedule) may sit in a bucket before its
+             * tick */
+            uint64_t dt = tw__ticks_ceil(e, en->deadline);
+            if (dt <= e->cur) {
                 tw__list_append(e, TW__EXPIRED_SENT, i, en);
+                e->cascaded += (uint64_t)cascade;
             } else {
                 tw__wheel_place(e, i, en, dt);
+                e->cascaded++;
             }
-            e->cascaded += (uint64_t)cascade;
         }
     }
 }
@@ -408,8 +442,14 @@ static void spread_bucket(struct tw__engine *e, uint32_t bn, uint32_t k,
                 tw__wheel_sub_emptied(e, self); /* the last list leaves the queue */
             /* the task is due in the next block of level k, after cur,
              * within level k - 1's 2W blocks from the current one (never
-             * early: dt is its own rounded-up tick, as everywhere) */
-            tw__wheel_place_at(e, tw__ref_slot(r), en, tw__ticks_ceil(e, en->deadline), k - 1);
+             * early: dt is its own rounded-up tick, as everywhere); one
+             * pushed later (tw_reschedule) may be due past them, and goes
+             * to the level its tick needs */
+            uint64_t dt = tw__ticks_ceil(e, en->deadline);
+            if (__builtin_expect(dt <= e->lv[k - 1].last, 1))
+                tw__wheel_place_at(e, tw__ref_slot(r), en, dt, k - 1);
+            else
+                tw__wheel_place(e, tw__ref_slot(r), en, dt);
             moved++;
         }
     }

@@ -357,6 +357,113 @@ static void test_reschedule(void **state)
     tw_destroy(t);
 }
 
+/* A callback that pushes another task later (arg: that task's id; the
+ * count goes to push_fired). */
+static int push_fired;
+static void push_other_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    push_fired++;
+    assert_int_equal(tw_reschedule(t, *(tw_id *)arg, 40 * MS), 0);
+}
+
+/* A later deadline is written in place (wheel.c, "Pushing a deadline
+ * later"): the task stays in its bucket, which tw_next_deadline may still
+ * report, and moves when that bucket comes due. It fires at its last
+ * deadline, never before, however often it was pushed and from whatever
+ * level; a cancel or an earlier deadline after a push works as on any
+ * task; and a task already collected as due (on the expired list, pushed
+ * from another task's callback in the same advance) moves at once and
+ * does not fire in that advance. tw_check holds throughout. */
+static void test_reschedule_later_in_place(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int n = 0;
+    tw_id a, b, x, y;
+    uint64_t d;
+
+    /* pushed a thousand times, 1 ms at a time: fires at the last only */
+    assert_int_equal(tw_schedule(t, 10 * MS, count_fn, &n, &a), 0);
+    for (uint64_t k = 1; k <= 1000; k++)
+        assert_int_equal(tw_reschedule(t, a, (10 + k) * MS), 0);
+    assert_int_equal(tw_deadline(t, a, &d), 0);
+    assert_int_equal(d, 1010 * MS);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_true(d >= 10 * MS && d <= 1010 * MS);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 10 * MS), 0); /* its old bucket: moved on */
+    assert_int_equal(tw_pending(t), 1);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 1010 * MS - 1), 0);
+    assert_int_equal(tw_advance(t, 1010 * MS), 1);
+    assert_int_equal(n, 1);
+
+    /* from a coarse bucket (100 s, level 2) to a level not made yet */
+    struct tw_stats st;
+    tw_stats(t, &st);
+    uint64_t levels = st.levels;
+    assert_int_equal(tw_schedule(t, 100 * SEC, count_fn, &n, &b), 0);
+    assert_int_equal(tw_reschedule(t, b, 3 * 3600 * SEC), 0);
+    tw_stats(t, &st);
+    assert_true(st.levels > levels); /* made now, so that moving it later cannot fail */
+    assert_int_equal(tw_advance(t, 101 * SEC), 0);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 1010 * MS + 3 * 3600 * SEC - 1), 0);
+    assert_int_equal(tw_advance(t, 1010 * MS + 3 * 3600 * SEC), 1);
+    assert_int_equal(n, 2);
+    tw_destroy(t);
+
+    /* a pushed task in the level-1 bucket that the spread takes ahead of
+     * its tick (tw_advance): it goes to the level its new tick needs */
+    t = mk(&c, 0, MS, 64);
+    assert_int_equal(tw_schedule(t, 1000 * MS, count_fn, &n, &x), 0); /* block [960, 1024) */
+    assert_int_equal(tw_schedule(t, 900 * MS, count_fn, &n, &y), 0);  /* block [896, 960) */
+    assert_int_equal(tw_reschedule(t, x, 20 * SEC), 0);
+    assert_int_equal(tw_advance(t, 896 * MS), 0); /* pops y's bucket, spreads x's */
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 900 * MS), 1);
+    assert_int_equal(tw_advance(t, 1000 * MS), 0);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 20 * SEC - 1), 0);
+    assert_int_equal(tw_advance(t, 20 * SEC), 1);
+    assert_int_equal(n, 4);
+
+    /* cancelled after a push; brought earlier after a push */
+    uint64_t now = tw_now(t);
+    assert_int_equal(tw_schedule(t, 50 * MS, count_fn, &n, &a), 0);
+    assert_int_equal(tw_reschedule(t, a, 500 * MS), 0);
+    assert_int_equal(tw_cancel(t, a), 0);
+    assert_int_equal(tw_schedule(t, 50 * MS, count_fn, &n, &b), 0);
+    assert_int_equal(tw_reschedule(t, b, 500 * MS), 0);
+    assert_int_equal(tw_reschedule(t, b, 20 * MS), 0);
+    assert_int_equal(tw_advance(t, now + 20 * MS - 1), 0);
+    assert_int_equal(tw_advance(t, now + 20 * MS), 1);
+    assert_int_equal(tw_advance(t, now + 600 * MS), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+
+    /* both due at the same tick; the first's callback pushes the second,
+     * already collected, 40 ms on: it fires then, not in this advance */
+    now = tw_now(t);
+    push_fired = 0;
+    assert_int_equal(tw_schedule(t, 5 * MS, push_other_fn, &y, &x), 0);
+    assert_int_equal(tw_schedule(t, 5 * MS, count_fn, &n, &y), 0);
+    assert_int_equal(tw_advance(t, now + 5 * MS), 1);
+    assert_int_equal(push_fired, 1);
+    assert_int_equal(n, 5);
+    assert_check(t);
+    assert_int_equal(tw_deadline(t, y, &d), 0);
+    assert_int_equal(d, now + 45 * MS);
+    assert_int_equal(tw_advance(t, now + 45 * MS - 1), 0);
+    assert_int_equal(tw_advance(t, now + 45 * MS), 1);
+    assert_int_equal(n, 6);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* tw_reschedule_at: an absolute deadline, kept as given (tw_deadline) and
  * rounded up to the tick; a past one is due now; the end of time only at
  * tw_advance(UINT64_MAX); a failed call moves nothing. */
@@ -1653,6 +1760,7 @@ int main(void)
         cmocka_unit_test(test_cancel_deferred_unseen),
         cmocka_unit_test(test_reschedule),
         cmocka_unit_test(test_reschedule_at),
+        cmocka_unit_test(test_reschedule_later_in_place),
         cmocka_unit_test(test_periodic_reschedule_at_from_callback),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_order_across_levels),
