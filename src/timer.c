@@ -759,6 +759,20 @@ static int reschedule(tw_timer *t, tw_id id, int absolute, uint64_t v)
     uint64_t deadline = absolute ? v : sat_add(base_time(t, e), v);
     uint64_t dt = tw__ticks_ceil(e, deadline);
     struct tw__extra *x = tw__is_extra(en) ? en->arg : NULL;
+    /* Pushed later: the new deadline is written in place and the task
+     * stays in its bucket, which comes due no later than it (wheel.c,
+     * "Pushing a deadline later"). Only a plain task still in the wheel
+     * (its tick after the current one: not on the expired list, which
+     * holds due tasks only, or a drain's, which holds anything), and only
+     * while the levels made hold its new tick, so that placing it when
+     * its bucket comes due cannot fail (past them it moves, below, once
+     * its level is made). */
+    if (!x && deadline >= en->deadline && !e->draining &&
+        tw__ticks_ceil(e, en->deadline) > e->cur && dt <= e->lv[e->nlevels - 1].last) {
+        en->deadline = deadline;
+        rc = 0;
+        goto out;
+    }
     if (x && x->state != TW__X_IDLE) { /* from a periodic's own callback */
         if (!tw__extra_live(x))
             goto out;
@@ -771,17 +785,6 @@ static int reschedule(tw_timer *t, tw_id id, int absolute, uint64_t v)
     if ((rc = tw__wheel_reserve_level(e, dt)))
         goto out;
     en = tw__pool_entry(&e->pool, i); /* a new level moves the pool */
-    /* Pushed later: the new deadline is written in place and the task
-     * stays in its bucket, which comes due no later than it (wheel.c,
-     * "Pushing a deadline later"). Only a plain task still in the wheel
-     * (its tick after the current one: not on the expired list, which
-     * holds due tasks only, or a drain's, which holds anything); the
-     * level its new deadline needs is made above, so that placing it
-     * when its bucket comes due cannot fail. */
-    if (!x && deadline >= en->deadline && !e->draining && tw__ticks_ceil(e, en->deadline) > e->cur) {
-        en->deadline = deadline;
-        goto out;
-    }
     uint64_t before = queue_head_tick(e);
     tw__list_unlink(e, en);
     en->deadline = deadline;

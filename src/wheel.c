@@ -155,9 +155,10 @@
  * task due past the level it would move to. However often a task is
  * pushed, it moves at most once per bucket it sat in that came due, and
  * the move is part of a walk whose next entries are prefetched. Never
- * early holds: what fires is only what collection finds due. The level
- * the new deadline needs is made at the push, so that the later move
- * cannot fail. Not for an earlier deadline (it must move now), a keyed
+ * early holds: what fires is only what collection finds due. A push
+ * past the levels made so far moves the task at once, after making its
+ * level, so that a later move never needs memory. Not for an earlier
+ * deadline (it must move now), a keyed
  * or periodic task (their records follow their place), a task on the
  * expired list (due: it moves at once) or while a drain is under way.
  * Cost: a pushed task's old bucket may be the earliest one, so
