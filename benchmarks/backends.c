@@ -82,6 +82,11 @@ static void twm_cancel(struct backend *b, uint64_t h)
     tw_cancel(b->impl, h);
 }
 
+static void twm_push(struct backend *b, uint64_t h, uint64_t delay)
+{
+    tw_reschedule(b->impl, h, delay);
+}
+
 static size_t twm_advance(struct backend *b, uint64_t now)
 {
     int n = tw_advance(b->impl, now);
@@ -124,7 +129,7 @@ static uint64_t twt_next(struct backend *b)
 const struct backend_ops be_twheel = {
     "twheel", "twheel, manual mode (the caller advances the clock)", 0, 0,
     twm_open, twm_close, twm_add, twm_cancel, twm_advance, twm_next, twm_bytes,
-    twm_wakeups, 1, 0, twm_drop,
+    twm_wakeups, 1, 0, twm_drop, twm_push,
 };
 
 const struct backend_ops be_twheel_threaded = {
@@ -286,6 +291,20 @@ static void heap_cancel(struct backend *b, uint64_t h)
     q->free_head = k;
 }
 
+static void heap_push(struct backend *b, uint64_t h, uint64_t delay)
+{
+    struct heap *q = b->impl;
+    uint32_t pos = q->nodes[(uint32_t)h].pos;
+    uint64_t d = q->now + delay;
+    struct hent e = { d < delay ? UINT64_MAX : d, (uint32_t)h, q->seq++ };
+    int later = hless(&q->h[pos], &e);
+    q->h[pos] = e;
+    if (later)
+        hdown(q, pos);
+    else
+        hup(q, pos);
+}
+
 static size_t heap_advance(struct backend *b, uint64_t now)
 {
     struct heap *q = b->impl;
@@ -325,7 +344,7 @@ static uint64_t heap_wakeups(struct backend *b)
 const struct backend_ops be_heap_inline = {
     "heap-inline", "binary min-heap, deadlines inline in the array (stronger than the peers)", 0, 0,
     heap_open, heap_close, heap_add, heap_cancel, heap_advance, heap_next,
-    heap_bytes, heap_wakeups, 1,
+    heap_bytes, heap_wakeups, 1, 0, NULL, heap_push,
 };
 
 /* ---- binary heap of node pointers (the peers' design) ------------------ */
@@ -457,6 +476,19 @@ static void pheap_cancel(struct backend *b, uint64_t h)
     q->free_head = k;
 }
 
+static void pheap_push(struct backend *b, uint64_t h, uint64_t delay)
+{
+    struct pheap *q = b->impl;
+    struct pnode *nd = &q->nodes[(uint32_t)h];
+    uint64_t d = q->now + delay, old = nd->deadline;
+    nd->deadline = d < delay ? UINT64_MAX : d;
+    nd->seq = q->seq++;
+    if (nd->deadline >= old)
+        pdown(q, nd->pos);
+    else
+        pup(q, nd->pos);
+}
+
 static size_t pheap_advance(struct backend *b, uint64_t now)
 {
     struct pheap *q = b->impl;
@@ -498,7 +530,7 @@ static uint64_t pheap_wakeups(struct backend *b)
 const struct backend_ops be_heap = {
     "heap", "binary min-heap of node pointers (libevent/JDK STPE design): the baseline", 0, 0,
     pheap_open, pheap_close, pheap_add, pheap_cancel, pheap_advance, pheap_next,
-    pheap_bytes, pheap_wakeups, 1,
+    pheap_bytes, pheap_wakeups, 1, 0, NULL, pheap_push,
 };
 
 /* ---- hashed wheel with rounds (Netty) ---------------------------------- */

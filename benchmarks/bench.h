@@ -47,6 +47,11 @@ struct backend_ops {
      * tw_drain with no callback); NULL where the back end has no such
      * call. W4 times it. */
     void (*drop)(struct backend *b);
+    /* Moves a pending timer to delay_ns after the back end's notion of
+     * now, keeping its handle (twheel: tw_reschedule; the heaps: the key
+     * changed in place and sifted). NULL where the back end has no such
+     * call: W6 then cancels and adds. */
+    void (*push)(struct backend *b, uint64_t handle, uint64_t delay_ns);
 };
 
 struct backend {
