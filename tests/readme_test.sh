@@ -11,7 +11,7 @@
 # statements start at the first line, outside braces, that is not blank,
 # a preprocessor line, a static definition or a comment; they are compiled
 # as the body of a function. The names the examples leave to the reader
-# (request_fail, monotonic_ns, req, ...) are stubbed below.
+# (request_fail, monotonic_ns, req, conn_idle_id, ...) are stubbed below.
 # usage: readme_test.sh CC README INCLUDE_DIR [MESON_OPTIONS_TXT]
 set -eu
 cc="$1"; readme="$2"; incdir="$3"
@@ -106,6 +106,7 @@ static uint64_t monotonic_ns(void) { return 0; }
 static struct pollfd fds[1];
 static nfds_t nfds = 1;
 static struct request *req;
+static tw_id conn_idle_id;
 static bool replicas_caught_up(struct produce *p) { return p->acks > 0; }
 static void send_response(struct produce *p) { (void)p; }
 static void count_timeout(struct produce *p) { (void)p; }
