@@ -158,9 +158,9 @@
  * early holds: what fires is only what collection finds due. A push
  * past the levels made so far moves the task at once, after making its
  * level, so that a later move never needs memory. Not for an earlier
- * deadline (it must move now), a keyed
- * or periodic task (their records follow their place), a task on the
- * expired list (due: it moves at once) or while a drain is under way.
+ * deadline (it must move now), a keyed or periodic task (their records
+ * follow their place), a task on the expired list (due: it moves at
+ * once) or while a drain is under way.
  * Cost: a pushed task's old bucket may be the earliest one, so
  * tw_next_deadline and the threaded driver may wake for it with nothing
  * to fire (once per bucket, as for a coarse bucket's cascade); tw_check
