@@ -961,6 +961,71 @@ static void test_drain_fires_nothing_early(void **state)
     tw_destroy(t);
 }
 
+/* A task rescheduled later, by another thread, while a drain holds it on
+ * its list moves back into the wheel and stays pending: the push in place
+ * (wheel.c) is not taken while a drain is under way, since the task would
+ * stay on the drain's list and be handed back after a reschedule that
+ * returned 0. It fires at its new deadline, never early. */
+static struct {
+    _Atomic int entered, release;
+    _Atomic uint64_t first;
+} dr;
+
+static void drain_hold_id(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)arg;
+    if (atomic_exchange(&dr.entered, 1))
+        return;
+    atomic_store(&dr.first, id);
+    for (int ms = 0; ms < 60000 && !atomic_load(&dr.release); ms++)
+        usleep(1000);
+}
+
+static void *drain_hold_id_main(void *p)
+{
+    return (void *)(uintptr_t)tw_drain(p, drain_hold_id, NULL);
+}
+
+static void test_reschedule_during_drain(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    uint64_t base = atomic_load(&c.now);
+    struct ftask k[2];
+    tw_id id[2];
+    for (int i = 0; i < 2; i++) {
+        k[i] = (struct ftask){ &c, base + SEC, 0, 0 };
+        assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], &id[i]), 0);
+    }
+    memset(&dr, 0, sizeof dr);
+    pthread_t d;
+    assert_int_equal(pthread_create(&d, NULL, drain_hold_id_main, t), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&dr.entered); ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&dr.entered), 1);
+    int other = atomic_load(&dr.first) == id[0] ? 1 : 0; /* still on the list */
+    k[other].deadline = base + 2 * SEC;
+    assert_int_equal(tw_reschedule_at(t, id[other], k[other].deadline), 0);
+    atomic_store(&dr.release, 1);
+    void *n;
+    pthread_join(d, &n);
+    assert_int_equal((uintptr_t)n, 1); /* the held one only */
+    assert_int_equal(tw_pending(t), 1);
+    uint64_t dl = 0;
+    assert_int_equal(tw_deadline(t, id[other], &dl), 0);
+    assert_int_equal(dl, base + 2 * SEC);
+    assert_check(t);
+    atomic_store(&c.now, base + 2 * SEC);
+    assert_int_equal(tw_wake(t), 0);
+    spin_until(&k[other].fired);
+    assert_int_equal(atomic_load(&k[other].early), 0);
+    assert_int_equal(atomic_load(&k[1 - other].fired), 0);
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
 /* The same, with the drain beginning while the driver is running a batch
  * (its lock dropped): when the driver comes back for more, the drain's
  * not-due tasks are on the expired list, and it must take none. */
@@ -1408,6 +1473,7 @@ int main(void)
         cmocka_unit_test(test_full_queue_runs_all),
         cmocka_unit_test(test_concurrent_drains),
         cmocka_unit_test(test_drain_fires_nothing_early),
+        cmocka_unit_test(test_reschedule_during_drain),
         cmocka_unit_test(test_drain_during_dispatch),
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_threaded_cancel_releases_bound),
