@@ -971,13 +971,16 @@ static struct {
     _Atomic uint64_t first;
 } dr;
 
+/* Called by the drain's thread alone, one task after another: the first
+ * (ids are never 0) is held, its id published before `entered` says so. */
 static void drain_hold_id(tw_timer *t, tw_id id, void *arg)
 {
     (void)t;
     (void)arg;
-    if (atomic_exchange(&dr.entered, 1))
+    if (atomic_load(&dr.first))
         return;
     atomic_store(&dr.first, id);
+    atomic_store(&dr.entered, 1);
     for (int ms = 0; ms < 60000 && !atomic_load(&dr.release); ms++)
         usleep(1000);
 }
