@@ -900,15 +900,19 @@ static void test_concurrent_drains(void **state)
  * of them: they are not due. After the drain, what is due fires again. */
 static struct {
     _Atomic int entered, release;
+    _Atomic uint64_t first; /* the id of the task held */
 } dg;
 
+/* Called by the drain's thread alone, one task after another: the first
+ * (ids are never 0) is held, its id published before `entered` says so. */
 static void drain_hold(tw_timer *t, tw_id id, void *arg)
 {
     (void)t;
-    (void)id;
     (void)arg;
-    if (atomic_exchange(&dg.entered, 1))
+    if (atomic_load(&dg.first))
         return;
+    atomic_store(&dg.first, id);
+    atomic_store(&dg.entered, 1);
     for (int ms = 0; ms < 60000 && !atomic_load(&dg.release); ms++)
         usleep(1000);
 }
@@ -966,30 +970,6 @@ static void test_drain_fires_nothing_early(void **state)
  * (wheel.c) is not taken while a drain is under way, since the task would
  * stay on the drain's list and be handed back after a reschedule that
  * returned 0. It fires at its new deadline, never early. */
-static struct {
-    _Atomic int entered, release;
-    _Atomic uint64_t first;
-} dr;
-
-/* Called by the drain's thread alone, one task after another: the first
- * (ids are never 0) is held, its id published before `entered` says so. */
-static void drain_hold_id(tw_timer *t, tw_id id, void *arg)
-{
-    (void)t;
-    (void)arg;
-    if (atomic_load(&dr.first))
-        return;
-    atomic_store(&dr.first, id);
-    atomic_store(&dr.entered, 1);
-    for (int ms = 0; ms < 60000 && !atomic_load(&dr.release); ms++)
-        usleep(1000);
-}
-
-static void *drain_hold_id_main(void *p)
-{
-    return (void *)(uintptr_t)tw_drain(p, drain_hold_id, NULL);
-}
-
 static void test_reschedule_during_drain(void **state)
 {
     (void)state;
@@ -1002,16 +982,16 @@ static void test_reschedule_during_drain(void **state)
         k[i] = (struct ftask){ &c, base + SEC, 0, 0 };
         assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], &id[i]), 0);
     }
-    memset(&dr, 0, sizeof dr);
+    memset(&dg, 0, sizeof dg);
     pthread_t d;
-    assert_int_equal(pthread_create(&d, NULL, drain_hold_id_main, t), 0);
-    for (int ms = 0; ms < 60000 && !atomic_load(&dr.entered); ms++)
+    assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
         usleep(1000);
-    assert_int_equal(atomic_load(&dr.entered), 1);
-    int other = atomic_load(&dr.first) == id[0] ? 1 : 0; /* still on the list */
+    assert_int_equal(atomic_load(&dg.entered), 1);
+    int other = atomic_load(&dg.first) == id[0] ? 1 : 0; /* still on the list */
     k[other].deadline = base + 2 * SEC;
     assert_int_equal(tw_reschedule_at(t, id[other], k[other].deadline), 0);
-    atomic_store(&dr.release, 1);
+    atomic_store(&dg.release, 1);
     void *n;
     pthread_join(d, &n);
     assert_int_equal((uintptr_t)n, 1); /* the held one only */
