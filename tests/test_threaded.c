@@ -922,6 +922,18 @@ static void *drain_hold_main(void *p)
     return (void *)(uintptr_t)tw_drain(p, drain_hold, NULL);
 }
 
+/* Starts a drain of t on a thread of its own and waits (up to 60 s of
+ * real time) until it holds its first task in drain_hold. */
+static pthread_t start_holding_drain(tw_timer *t)
+{
+    pthread_t d;
+    assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&dg.entered), 1);
+    return d;
+}
+
 static void test_drain_fires_nothing_early(void **state)
 {
     (void)state;
@@ -934,11 +946,7 @@ static void test_drain_fires_nothing_early(void **state)
         assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], NULL), 0);
     }
     memset(&dg, 0, sizeof dg);
-    pthread_t d;
-    assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
-    for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
-        usleep(1000);
-    assert_int_equal(atomic_load(&dg.entered), 1);
+    pthread_t d = start_holding_drain(t);
     /* the drain holds one callback; the other two wait on its list */
     struct ftask late = { &c, base + 10 * MS, 0, 0 };
     assert_int_equal(tw_schedule_at(t, late.deadline, ftask_fn, &late, NULL), 0);
@@ -983,11 +991,7 @@ static void test_reschedule_during_drain(void **state)
         assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], &id[i]), 0);
     }
     memset(&dg, 0, sizeof dg);
-    pthread_t d;
-    assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
-    for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
-        usleep(1000);
-    assert_int_equal(atomic_load(&dg.entered), 1);
+    pthread_t d = start_holding_drain(t);
     int other = atomic_load(&dg.first) == id[0] ? 1 : 0; /* still on the list */
     k[other].deadline = base + 2 * SEC;
     assert_int_equal(tw_reschedule_at(t, id[other], k[other].deadline), 0);
@@ -1029,11 +1033,8 @@ static void test_drain_during_dispatch(void **state)
     }
     atomic_store(&c.now, base + MS);
     /* the driver runs the holder, its lock dropped */
-    pthread_t d, w = start_held_pass(t);
-    assert_int_equal(pthread_create(&d, NULL, drain_hold_main, t), 0);
-    for (int ms = 0; ms < 60000 && !atomic_load(&dg.entered); ms++)
-        usleep(1000);
-    assert_int_equal(atomic_load(&dg.entered), 1);
+    pthread_t w = start_held_pass(t);
+    pthread_t d = start_holding_drain(t);
     /* the drain holds one task in its callback; the other waits on the
      * expired list. Let the driver go on with its pass, to the end. */
     atomic_store(&gate.release, 1);
