@@ -14,8 +14,9 @@
  *   aligned one is refused, a plain mapping when the reservation cannot be
  *   made writable, a copy when mremap is refused (into a fixed place or
  *   anywhere), and NULL with the block untouched when nothing works;
- * - through the timer, every mapping call of a script that grows a manual
- *   timer's pool past 1 MiB, refused in turn: the schedule that meets it
+ * - through the timer, every mapping call of a script that grows a
+ *   timer's pool past 1 MiB (manual, and threaded on one shard, where the
+ *   pool grows under the shard's lock), refused in turn: the schedule that meets it
  *   succeeds by a fallback or returns -ENOMEM with the timer as it was
  *   (pending count, next deadline, memory held, tw_check), a retry
  *   succeeds, and every task fires once;
@@ -375,26 +376,45 @@ static struct snap snap_of(tw_timer *t)
     return s;
 }
 
+/* count_fn for a counter the test reads while a driver may write it */
+static void atomic_count_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
 /* Schedules up to TASKS tasks (every 7th due in days: the coarse levels)
- * with the wrapped calls as set. Each -ENOMEM must leave the timer as it
- * was; it is retried once, and a second -ENOMEM (a refusal that lasts)
- * ends the scheduling. Then every task scheduled must fire once. Returns
- * the tasks scheduled; *enomem the -ENOMEMs seen, *cap the pool's slots
- * when the scheduling ended. */
-static unsigned run_script(unsigned *enomem, uint32_t *cap)
+ * with the wrapped calls as set, on a manual timer or on a threaded one
+ * of one shard (so that its one pool grows past 1 MiB), whose schedules
+ * grow the pool with the shard's lock held. Each -ENOMEM must leave the
+ * timer as it was; it is retried once, and a second -ENOMEM (a refusal
+ * that lasts) ends the scheduling. Then every task scheduled must fire
+ * once. Returns the tasks scheduled; *enomem the -ENOMEMs seen, *cap the
+ * pool's slots when the scheduling ended. */
+static unsigned run_script(int threaded, unsigned *enomem, uint32_t *cap)
 {
     struct fake_clock c;
+    struct atomic_clock ac;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
+    if (threaded) {
+        atomic_store(&ac.now, 0);
+        atomic_store(&ac.reads, 0);
+        o.clock = atomic_clock_read;
+        o.clock_ctx = &ac;
+        o.threaded = 1;
+        o.shards = 1; /* one pool, to grow past 1 MiB */
+    }
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);
-    int fired = 0;
+    _Atomic int fired = 0;
     unsigned j;
     *enomem = 0;
     for (j = 0; j < TASKS; j++) {
         uint64_t delay = j % 7 ? (1 + j % 5000) * MS : (1 + j % 3) * 86400 * SEC;
         struct snap before = snap_of(t);
         unsigned r = W.refused;
-        int rc = tw_schedule(t, delay, count_fn, &fired, NULL);
+        int rc = tw_schedule(t, delay, atomic_count_fn, &fired, NULL);
         if (rc == -ENOMEM) {
             assert_true(W.refused > r); /* only a refused call fails one */
             struct snap after = snap_of(t);
@@ -403,7 +423,8 @@ static unsigned run_script(unsigned *enomem, uint32_t *cap)
             assert_int_equal(after.bytes, before.bytes);
             assert_check(t);
             ++*enomem;
-            if ((rc = tw_schedule(t, delay, count_fn, &fired, NULL)) == -ENOMEM)
+            /* the shard's lock was let go: the retry takes it again */
+            if ((rc = tw_schedule(t, delay, atomic_count_fn, &fired, NULL)) == -ENOMEM)
                 break;
         }
         assert_int_equal(rc, 0);
@@ -411,9 +432,14 @@ static unsigned run_script(unsigned *enomem, uint32_t *cap)
     }
     *cap = t->shards[0].eng.pool.cap;
     assert_check(t);
-    c.now = 4 * 86400 * SEC;
-    tw_advance(t, c.now);
-    assert_int_equal(fired, (int)j);
+    if (threaded) {
+        atomic_store(&ac.now, 4 * 86400 * SEC);
+        assert_int_equal(tw_wake(t), 0); /* returns once the driver has looked */
+    } else {
+        c.now = 4 * 86400 * SEC;
+        tw_advance(t, c.now);
+    }
+    assert_int_equal(atomic_load(&fired), (int)j);
     assert_int_equal(tw_pending(t), 0);
     assert_check(t);
     tw_destroy(t);
@@ -421,15 +447,15 @@ static unsigned run_script(unsigned *enomem, uint32_t *cap)
 }
 
 /* Each of the script's mapping calls refused in turn, once, until n
- * passes the last. Every refusal either finds a fallback or fails its
- * schedule cleanly, and the retry succeeds. */
-static void test_timer_each_call_refused(void **state)
+ * passes the last, on a manual timer and on a threaded one. Every refusal
+ * either finds a fallback or fails its schedule cleanly, and the retry
+ * succeeds. */
+static void each_call_refused(int threaded)
 {
-    (void)state;
-    NEED_WRAP();
     unsigned enomem, failed = 0, absorbed = 0;
     uint32_t cap;
-    assert_int_equal(run_script(&enomem, &cap), TASKS);
+    wrap_reset();
+    assert_int_equal(run_script(threaded, &enomem, &cap), TASKS);
     unsigned total = W.counted;
     assert_int_equal(W.refused, 0);
     assert_true(total >= 3); /* mapped, and grown at least twice */
@@ -437,17 +463,31 @@ static void test_timer_each_call_refused(void **state)
     for (unsigned n = 1; n <= total; n++) {
         wrap_reset();
         W.nth = n;
-        assert_int_equal(run_script(&enomem, &cap), TASKS);
+        assert_int_equal(run_script(threaded, &enomem, &cap), TASKS);
         assert_int_equal(W.refused, 1);
         assert_true(enomem <= 1);
         failed += enomem;
         absorbed += 1 - enomem;
         assert_int_equal(W.net, 0);
     }
-    print_message("%u mapping calls refused in turn: %u schedules failed cleanly, "
+    print_message("%s: %u mapping calls refused in turn: %u schedules failed cleanly, "
                   "%u refusals met by a fallback\n",
-                  total, failed, absorbed);
+                  threaded ? "threaded" : "manual", total, failed, absorbed);
     assert_true(failed >= 1);
+}
+
+static void test_timer_each_call_refused(void **state)
+{
+    (void)state;
+    NEED_WRAP();
+    each_call_refused(0);
+}
+
+static void test_threaded_each_call_refused(void **state)
+{
+    (void)state;
+    NEED_WRAP();
+    each_call_refused(1);
 }
 
 /* Every call of one kind refused for the whole script. No madvise, or no
@@ -461,26 +501,26 @@ static void test_timer_kind_refused(void **state)
 {
     (void)state;
     NEED_WRAP();
-    unsigned enomem;
-    uint32_t cap;
     static const int kinds[] = { K_MADVISE, K_MREMAP, K_MPROTECT, K_MMAP };
-    uint32_t caps[4];
-    for (int k = 0; k < 4; k++) {
-        wrap_reset();
-        W.fail_from[kinds[k]] = 1;
-        unsigned n = run_script(&enomem, &cap);
-        caps[k] = cap;
-        if (n < TASKS) {
-            assert_int_equal(enomem, 1);
-            assert_int_equal(n, cap); /* every slot in use */
-        } else {
-            assert_int_equal(enomem, 0);
+    for (int threaded = 0; threaded < 2; threaded++) {
+        uint32_t caps[4];
+        for (int k = 0; k < 4; k++) {
+            unsigned enomem;
+            wrap_reset();
+            W.fail_from[kinds[k]] = 1;
+            unsigned n = run_script(threaded, &enomem, &caps[k]);
+            if (n < TASKS) {
+                assert_int_equal(enomem, 1);
+                assert_int_equal(n, caps[k]); /* every slot in use */
+            } else {
+                assert_int_equal(enomem, 0);
+            }
+            assert_int_equal(W.net, 0);
         }
-        assert_int_equal(W.net, 0);
+        assert_true(caps[0] >= TASKS && caps[1] >= TASKS);
+        assert_true(caps[3] * sizeof(struct tw__entry) < TW__MAP_MIN); /* malloc's */
+        assert_true(caps[2] > caps[3]); /* the fallbacks mapped it */
     }
-    assert_true(caps[0] >= TASKS && caps[1] >= TASKS);
-    assert_true(caps[3] * sizeof(struct tw__entry) < TW__MAP_MIN); /* malloc's */
-    assert_true(caps[2] > caps[3]); /* the fallbacks mapped it */
 }
 
 int main(void)
@@ -495,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_move_refused_copies),
         cmocka_unit_test(test_unreserved_move_refused),
         cmocka_unit_test(test_timer_each_call_refused),
+        cmocka_unit_test(test_threaded_each_call_refused),
         cmocka_unit_test(test_timer_kind_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
