@@ -16,16 +16,17 @@
  *   anywhere), and NULL with the block untouched when nothing works;
  * - through the timer, every mapping call of a script that grows a
  *   timer's pool past 1 MiB (manual, and threaded on one shard, where the
- *   pool grows under the shard's lock), refused in turn: the schedule that meets it
- *   succeeds by a fallback or returns -ENOMEM with the timer as it was
- *   (pending count, next deadline, memory held, tw_check), a retry
- *   succeeds, and every task fires once;
+ *   pool grows under the shard's lock), refused in turn: the schedule
+ *   that meets it succeeds by a fallback or returns -ENOMEM with the
+ *   timer as it was (pending count, next deadline, memory held,
+ *   tw_check), a retry succeeds, and every task fires once;
  * - madvise refused (huge pages, populating ahead): advice only, nothing
  *   fails.
  *
  * The wrappers also keep the net bytes of address space mapped through
  * them, so that every test ends by checking none was left behind: a leak
- * neither valgrind nor AddressSanitizer sees, as neither tracks mmap. */
+ * neither valgrind nor AddressSanitizer reports, as neither counts an
+ * anonymous mapping never unmapped as one. */
 #include "helpers.h"
 
 #include <sys/mman.h>
