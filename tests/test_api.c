@@ -416,20 +416,44 @@ static void test_reschedule_later_in_place(void **state)
     assert_int_equal(n, 2);
     tw_destroy(t);
 
-    /* a pushed task in the level-1 bucket that the spread takes ahead of
-     * its tick (tw_advance): it goes to the level its new tick needs */
+    /* pushed tasks in the level-1 bucket that the spread takes ahead of
+     * its tick (tw_advance): each goes to the level its new tick needs,
+     * level 1 again (5 s) or level 2 (20 s). Level 2 is made first (z, at
+     * 30 s): a push past the levels made moves the task at once instead,
+     * and the spread would never see it. */
     t = mk(&c, 0, MS, 64);
+    tw_id w, z;
+    assert_int_equal(tw_schedule(t, 30 * SEC, count_fn, &n, &z), 0);
     assert_int_equal(tw_schedule(t, 1000 * MS, count_fn, &n, &x), 0); /* block [960, 1024) */
+    assert_int_equal(tw_schedule(t, 1010 * MS, count_fn, &n, &w), 0); /* the same block */
     assert_int_equal(tw_schedule(t, 900 * MS, count_fn, &n, &y), 0);  /* block [896, 960) */
-    assert_int_equal(tw_reschedule(t, x, 20 * SEC), 0);
-    assert_int_equal(tw_advance(t, 896 * MS), 0); /* pops y's bucket, spreads x's */
+    tw_stats(t, &st);
+    levels = st.levels;
+    uint64_t cascaded = st.cascaded;
+    assert_int_equal(tw_reschedule(t, x, 5 * SEC), 0);
+    assert_int_equal(tw_reschedule(t, w, 20 * SEC), 0);
+    tw_stats(t, &st);
+    assert_int_equal(st.levels, levels);      /* no level made: both stay put */
+    assert_int_equal(st.cascaded, cascaded);
+    /* pops y's bucket (y down to level 0), then spreads x's (x, w) */
+    assert_int_equal(tw_advance(t, 896 * MS), 0);
+    tw_stats(t, &st);
+    assert_int_equal(st.cascaded, cascaded + 3);
     assert_check(t);
+    assert_int_equal(tw_deadline(t, x, &d), 0);
+    assert_int_equal(d, 5 * SEC);
+    assert_int_equal(tw_deadline(t, w, &d), 0);
+    assert_int_equal(d, 20 * SEC);
     assert_int_equal(tw_advance(t, 900 * MS), 1);
-    assert_int_equal(tw_advance(t, 1000 * MS), 0);
+    assert_int_equal(tw_advance(t, 1010 * MS), 0); /* their old block: nothing due */
     assert_check(t);
+    assert_int_equal(tw_advance(t, 5 * SEC - 1), 0);
+    assert_int_equal(tw_advance(t, 5 * SEC), 1);
     assert_int_equal(tw_advance(t, 20 * SEC - 1), 0);
     assert_int_equal(tw_advance(t, 20 * SEC), 1);
-    assert_int_equal(n, 4);
+    assert_int_equal(tw_advance(t, 30 * SEC), 1);
+    assert_int_equal(n, 6);
+    assert_int_equal(tw_pending(t), 0);
 
     /* cancelled after a push; brought earlier after a push */
     uint64_t now = tw_now(t);
@@ -442,7 +466,7 @@ static void test_reschedule_later_in_place(void **state)
     assert_int_equal(tw_advance(t, now + 20 * MS - 1), 0);
     assert_int_equal(tw_advance(t, now + 20 * MS), 1);
     assert_int_equal(tw_advance(t, now + 600 * MS), 0);
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 7);
     assert_int_equal(tw_pending(t), 0);
     assert_check(t);
 
@@ -454,13 +478,13 @@ static void test_reschedule_later_in_place(void **state)
     assert_int_equal(tw_schedule(t, 5 * MS, count_fn, &n, &y), 0);
     assert_int_equal(tw_advance(t, now + 5 * MS), 1);
     assert_int_equal(push_fired, 1);
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 7);
     assert_check(t);
     assert_int_equal(tw_deadline(t, y, &d), 0);
     assert_int_equal(d, now + 45 * MS);
     assert_int_equal(tw_advance(t, now + 45 * MS - 1), 0);
     assert_int_equal(tw_advance(t, now + 45 * MS), 1);
-    assert_int_equal(n, 6);
+    assert_int_equal(n, 8);
     assert_check(t);
     tw_destroy(t);
 }
