@@ -240,6 +240,17 @@ static void test_cancel(void **state)
     assert_int_equal(tw_cancel(t, a), 0);
     assert_int_equal(tw_cancel(t, a), -ENOENT);
     assert_int_equal(tw_pending(t), 1);
+    /* an id made up to match the freed slot: a's slot, whose generation
+     * the cancel moved to the next multiple of 4 (1 -> 4), names no task:
+     * every call refuses it and touches nothing */
+    tw_id made_up = a + (3ull << 32);
+    uint64_t dl;
+    assert_int_equal(tw_cancel(t, made_up), -ENOENT);
+    assert_int_equal(tw_reschedule(t, made_up, MS), -ENOENT);
+    assert_int_equal(tw_reschedule_at(t, made_up, MS), -ENOENT);
+    assert_int_equal(tw_deadline(t, made_up, &dl), -ENOENT);
+    assert_int_equal(tw_pending(t), 1);
+    assert_check(t);
     assert_int_equal(tw_advance(t, 5 * MS), 1);
     assert_int_equal(n, 1);
     assert_int_equal(tw_cancel(t, b), -ENOENT); /* already fired */
