@@ -194,6 +194,58 @@ static uint64_t fixed_clock(void *ctx)
     return 1000 * SEC;
 }
 
+/* Threads take shards round-robin at their first schedule and keep them
+ * (timer.c, pick_shard): so many schedulers rarely share a shard lock,
+ * which is what W5's scaling rests on. Four threads, one after the other,
+ * each new to every timer, land on four different shards of a 4-shard
+ * timer, and each thread's later schedules stay on its shard. (A pick
+ * that sent every thread to one shard broke nothing else: every suite
+ * passed with it.) */
+struct shard_probe {
+    tw_timer *t;
+    tw_id ids[3];
+    int rc[3]; /* asserted on the test's thread, where cmocka can fail */
+};
+
+static void *probe_shard(void *arg)
+{
+    struct shard_probe *sp = arg;
+    for (int k = 0; k < 3; k++)
+        sp->rc[k] = tw_schedule(sp->t, 3600 * SEC, noop_fn, NULL, &sp->ids[k]);
+    return NULL;
+}
+
+static void test_threads_spread_over_shards(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.clock = fixed_clock;
+    o.shards = 4;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct shard_probe sp[4];
+    unsigned seen = 0;
+    for (int n = 0; n < 4; n++) {
+        pthread_t th;
+        sp[n].t = t;
+        assert_int_equal(pthread_create(&th, NULL, probe_shard, &sp[n]), 0);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(sp[n].rc[k], 0);
+        uint32_t si = tw__id_shard(t, sp[n].ids[0]);
+        for (int k = 1; k < 3; k++)
+            assert_int_equal(tw__id_shard(t, sp[n].ids[k]), si);
+        assert_false(seen & (1u << si)); /* a shard no thread before took */
+        seen |= 1u << si;
+    }
+    assert_int_equal(seen, 0xfu);
+    assert_int_equal(tw_pending(t), 12);
+    assert_int_equal(tw_check(t, stderr), 0);
+    tw_destroy(t);
+}
+
 /* Threaded: the locked cancel path, on whichever shard this thread got. */
 static void test_wrap_threaded(void **state)
 {
@@ -1343,6 +1395,7 @@ int main(void)
         cmocka_unit_test(test_wrap_on_keyed_cancel),
         cmocka_unit_test(test_wrap_on_drop),
         cmocka_unit_test(test_wrap_threaded),
+        cmocka_unit_test(test_threads_spread_over_shards),
         cmocka_unit_test(test_thread_start_fails),
         cmocka_unit_test(test_default_shards_follow_affinity),
         cmocka_unit_test(test_delay_queue_order),
