@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Mutation check: can the suites fail? Not run by CI (about 45 s a mutant).
+
+Each mutant changes one comparison or off-by-one in src/ (<= to <, == to
+!=, && to ||, a "+ 1" dropped, ...: the first such operator of a line of
+code), in a git worktree of HEAD, builds it and runs every suite but
+`install` and `docs`. A mutant that passes them all is printed as
+SURVIVED, for a person to judge: many change nothing a caller could see.
+
+    python3 tests/mutants.py [COUNT [SEED]]     # default 69 mutants, seed 28
+
+The README ("Testing") has what the run of 2026-11-25 found.
+"""
+import json, os, random, subprocess, sys, tempfile, time
+
+FILES = ['src/wheel.c', 'src/wheel.h', 'src/timer.c', 'src/drain.c', 'src/pool.h', 'src/pool.c',
+         'src/extra.c', 'src/delay_queue.c', 'src/tickdiv.h', 'src/watchers.c', 'src/purgatory.c']
+OPS = [(' <= ', ' < '), (' >= ', ' > '), (' < ', ' <= '), (' > ', ' >= '), (' == ', ' != '),
+       (' != ', ' == '), (' && ', ' || '), (' || ', ' && '), (' + 1', ''), (' - 1', ''),
+       ('+ 1u', ''), ('- 1u', '')]
+
+
+def mutants(top):
+    out = []
+    for f in FILES:
+        incomment = False
+        for n, line in enumerate(open(os.path.join(top, f)).read().split('\n'), 1):
+            st = line.strip()
+            if incomment:
+                incomment = '*/' not in st
+                continue
+            if st.startswith('/*'):
+                incomment = '*/' not in st
+                continue
+            if st.startswith(('*', '#', '//')):
+                continue
+            code = line.split('/*')[0]
+            if 'assert' in code or 'FAIL(' in code or '__builtin_prefetch' in code:
+                continue
+            for a, b in OPS:
+                if a in code:
+                    out.append({'file': f, 'line': n, 'col': code.index(a), 'a': a, 'b': b, 'text': st})
+                    break
+    return out
+
+
+def main():
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 69
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else 28
+    top = subprocess.run(['git', 'rev-parse', '--show-toplevel'], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    tmp = tempfile.mkdtemp(prefix='twheel-mutants.')
+    tree, build = os.path.join(tmp, 'tree'), os.path.join(tmp, 'build')
+    subprocess.run(['git', '-C', top, 'worktree', 'add', '-q', '--detach', tree, 'HEAD'], check=True)
+    try:
+        subprocess.run(['meson', 'setup', build, tree, '-Dbenchmarks=false'], check=True,
+                       capture_output=True)
+        subprocess.run(['ninja', '-C', build], check=True, capture_output=True)
+        ms = mutants(tree)
+        random.seed(seed)
+        random.shuffle(ms)
+        tally = {}
+        for k, m in enumerate(ms[:count]):
+            path = os.path.join(tree, m['file'])
+            lines = open(path).read().split('\n')
+            l = lines[m['line'] - 1]
+            lines[m['line'] - 1] = l[:m['col']] + m['b'] + l[m['col'] + len(m['a']):]
+            open(path, 'w').write('\n'.join(lines))
+            t0 = time.time()
+            if subprocess.run(['ninja', '-C', build], capture_output=True).returncode:
+                res = 'nocompile'
+            else:
+                try:
+                    r = subprocess.run(['meson', 'test', '-C', build, '--no-rebuild', '--no-suite',
+                                        'install', '--no-suite', 'docs'], capture_output=True,
+                                       timeout=240)
+                    res = 'killed' if r.returncode else 'SURVIVED'
+                except subprocess.TimeoutExpired:
+                    res = 'killed(timeout)'
+                    subprocess.run(['pkill', '-f', os.path.join(build, 'tests') + '/'])
+            subprocess.run(['git', '-C', tree, 'checkout', '-q', '--', m['file']], check=True)
+            tally[res] = tally.get(res, 0) + 1
+            print('%d\t%s\t%s:%d\t%r -> %r\t%s\t%.0fs' % (k, res, m['file'], m['line'], m['a'],
+                                                        m['b'], m['text'], time.time() - t0),
+                  flush=True)
+        print(json.dumps(tally))
+    finally:
+        subprocess.run(['git', '-C', top, 'worktree', 'remove', '--force', tree])
+        subprocess.run(['rm', '-rf', tmp])
+
+
+if __name__ == '__main__':
+    main()
