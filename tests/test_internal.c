@@ -194,6 +194,19 @@ static uint64_t fixed_clock(void *ctx)
     return 1000 * SEC;
 }
 
+/* A threaded timer of 4 shards on a clock that stands still. */
+static tw_timer *mk_threaded4(void)
+{
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.clock = fixed_clock;
+    o.shards = 4;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    return t;
+}
+
 /* Threads take shards round-robin at their first schedule and keep them
  * (timer.c, pick_shard): so many schedulers rarely share a shard lock,
  * which is what W5's scaling rests on. Four threads, one after the other,
@@ -218,13 +231,7 @@ static void *probe_shard(void *arg)
 static void test_threads_spread_over_shards(void **state)
 {
     (void)state;
-    struct tw_options o;
-    tw_options_init(&o);
-    o.threaded = 1;
-    o.clock = fixed_clock;
-    o.shards = 4;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = mk_threaded4();
     struct shard_probe sp[4];
     unsigned seen = 0;
     for (int n = 0; n < 4; n++) {
@@ -250,13 +257,7 @@ static void test_threads_spread_over_shards(void **state)
 static void test_wrap_threaded(void **state)
 {
     (void)state;
-    struct tw_options o;
-    tw_options_init(&o);
-    o.threaded = 1;
-    o.clock = fixed_clock;
-    o.shards = 4;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = mk_threaded4();
     tw_id ids[2];
     uint32_t slot = reuse(t, noop_fn, ids);
     assert_int_equal(tw__id_shard(t, ids[1]), tw__id_shard(t, ids[0]));
