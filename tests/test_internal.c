@@ -325,6 +325,30 @@ static void test_thread_start_fails(void **state)
         }
     }
 
+    /* The limits themselves, 1024 workers and 64 shards, are accepted:
+     * the create gets as far as its first thread start (refused here, so
+     * that no test starts a thousand threads) and undoes all it did. */
+    {
+        struct count_alloc a = { 0 };
+        struct tw_options o;
+        tw_options_init(&o);
+        o.threaded = 1;
+        o.workers = 1024;
+        o.shards = 64;
+        o.allocator = counting(&a);
+        tw_timer *t = (tw_timer *)&a;
+        start_calls = 0;
+        start_fail_at = 1;
+        tw__thread_create = failing_start;
+        int rc = tw_create(&t, &o);
+        tw__thread_create = pthread_create;
+        assert_int_equal(rc, -EAGAIN); /* not -EINVAL */
+        assert_int_equal(start_calls, 1);
+        assert_ptr_equal(t, (tw_timer *)&a);
+        assert_int_equal(a.live, 0);
+        assert_int_equal(a.bytes, 0);
+    }
+
     struct count_alloc a = { 0 };
     struct tw_purgatory_options po;
     tw_purgatory_options_init(&po);
