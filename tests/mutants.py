@@ -7,7 +7,10 @@ code), in a git worktree of HEAD, builds it and runs every suite but
 `install` and `docs`. A mutant that passes them all is printed as
 SURVIVED, for a person to judge: many change nothing a caller could see.
 
-    python3 tests/mutants.py [COUNT [SEED]]     # default 69 mutants, seed 28
+    python3 tests/mutants.py [COUNT [SEED [START]]]   # default 69, seed 28, from 0
+
+With one seed the candidates are shuffled the same way each run (while src/
+is unchanged), so START continues a run: `69 28 69` tries the next 69.
 
 The README ("Testing") has what the run of 2026-11-25 found.
 """
@@ -47,6 +50,7 @@ def mutants(top):
 def main():
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 69
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 28
+    start = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     top = subprocess.run(['git', 'rev-parse', '--show-toplevel'], capture_output=True,
                          text=True, check=True).stdout.strip()
     tmp = tempfile.mkdtemp(prefix='twheel-mutants.')
@@ -60,7 +64,7 @@ def main():
         random.seed(seed)
         random.shuffle(ms)
         tally = {}
-        for k, m in enumerate(ms[:count]):
+        for k, m in enumerate(ms[start:start + count], start):
             path = os.path.join(tree, m['file'])
             lines = open(path).read().split('\n')
             l = lines[m['line'] - 1]

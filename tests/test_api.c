@@ -187,6 +187,18 @@ static void test_overflow_clamps_and_far_future(void **state)
     assert_int_equal(n, 2);
     tw_destroy(t);
 
+    /* the last tick whose start is still a time, floor(UINT64_MAX / tick)
+     * (with a 1 us tick, 18446744073709551 us): its own time, not clamped */
+    const uint64_t us = 1000, last_start = UINT64_MAX / us * us;
+    t = mk(&c, last_start - 3 * us, us, 64);
+    assert_int_equal(tw_schedule_at(t, last_start, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_int_equal(d, last_start);
+    assert_int_equal(tw_advance(t, last_start - 1), 0);
+    assert_int_equal(tw_advance(t, last_start), 1);
+    assert_check(t);
+    tw_destroy(t);
+
     /* delays of days and years */
     t = mk(&c, 0, MS, 64);
     const uint64_t day = 86400 * SEC, year = 365 * day;
