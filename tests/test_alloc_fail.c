@@ -353,6 +353,14 @@ static void test_create_fails_cleanly(void **state)
     assert_true(create_fails_cleanly(o) >= manual + 3);
     o.workers = 3;
     assert_true(create_fails_cleanly(o) >= manual + 5);
+    /* a capacity: each engine's pool is grown to it, one more step that
+     * can fail, and a failure before it must not be undone by it */
+    tw_options_init(&o);
+    o.capacity = 1000;
+    assert_true(create_fails_cleanly(o) >= manual);
+    o.threaded = 1;
+    o.shards = 4;
+    assert_true(create_fails_cleanly(o) >= manual + 3);
 }
 
 int main(void)
