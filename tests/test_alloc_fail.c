@@ -206,11 +206,49 @@ static void test_periodic_reschedule_fails_cleanly(void **state)
 
 /* A periodic task re-arms after each firing without allocating: whatever
  * level its next deadline needs was made when it was scheduled
- * (tw__wheel_reserve_period). Tried at the boundaries where that level
- * changes (a period of about W and W^2 ticks), from first delays that
- * meet the wheel at different alignments, each firing run half a tick
- * late, with every allocation failing once the task is scheduled: each
- * firing must re-arm it. */
+ * (tw__wheel_reserve_period). One case: a wheel of W buckets (1 ms
+ * ticks), a first delay and a period in ticks, fixed delay or rate; each
+ * firing run half a tick late, with every allocation failing once the
+ * task is scheduled: each firing must re-arm it. */
+static void rearm_case(uint64_t W, uint64_t first, uint64_t p, int flags)
+{
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, (uint32_t)W);
+    o.allocator = counting(&a);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    int n = 0;
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, first * MS, p * MS,
+                                       flags ? TW_FIXED_DELAY : TW_FIXED_RATE, count_fn, &n,
+                                       &id),
+                     0);
+    a.fail_above = 1; /* from here on, every allocation fails */
+    for (int k = 1; k <= 4; k++) {
+        /* half a tick late: a fixed-delay task then re-arms at its
+         * farthest, ceil(period) + 1 ticks past the current one */
+        uint64_t d;
+        assert_int_equal(tw_deadline(t, id, &d), 0);
+        d = (d + MS - 1) / MS * MS; /* its tick */
+        assert_int_equal(tw_advance(t, d - 1), 0);
+        assert_int_equal(tw_advance(t, d + MS / 2), 1);
+        assert_int_equal(n, k);
+        assert_int_equal(tw_pending(t), 1);
+        assert_check(t);
+    }
+    assert_int_equal(a.failed, 0); /* none was even tried */
+    assert_int_equal(tw_cancel(t, id), 0);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
+/* Tried at the boundaries where the level a period needs changes (about
+ * W and W^2 ticks), from first delays that meet the wheel at different
+ * alignments; and, on wheels of 2 and 4 buckets, every period up to 3W^2
+ * ticks from every first delay below 2W^2: a reserve one level short
+ * loses a fixed-delay task every 6 ticks, first due at 4, on a wheel of
+ * 2, at its first re-arm, an alignment the boundary cases never meet. */
 static void test_periodic_rearm_allocates_nothing(void **state)
 {
     (void)state;
@@ -222,40 +260,14 @@ static void test_periodic_rearm_allocates_nothing(void **state)
         for (int m = 0; m < 2; m++)
             for (uint64_t p = bounds[m] > 2 ? bounds[m] - 2 : 1; p <= bounds[m] + 1; p++)
                 for (int f = 0; f < 5; f++)
-                    for (int flags = 0; flags < 2; flags++) {
-                        uint64_t first = firsts[f] ? firsts[f] : 1;
-                        struct count_alloc a = { 0 };
-                        struct fake_clock c;
-                        struct tw_options o = manual_opts(&c, 0, MS, (uint32_t)W);
-                        o.allocator = counting(&a);
-                        tw_timer *t;
-                        assert_int_equal(tw_create(&t, &o), 0);
-                        int n = 0;
-                        tw_id id;
-                        assert_int_equal(tw_schedule_every(t, first * MS, p * MS,
-                                                           flags ? TW_FIXED_DELAY : TW_FIXED_RATE,
-                                                           count_fn, &n, &id),
-                                         0);
-                        a.fail_above = 1; /* from here on, every allocation fails */
-                        for (int k = 1; k <= 4; k++) {
-                            /* half a tick late: a fixed-delay task then
-                             * re-arms at its farthest, ceil(period) + 1
-                             * ticks past the current one */
-                            uint64_t d;
-                            assert_int_equal(tw_deadline(t, id, &d), 0);
-                            d = (d + MS - 1) / MS * MS; /* its tick */
-                            assert_int_equal(tw_advance(t, d - 1), 0);
-                            assert_int_equal(tw_advance(t, d + MS / 2), 1);
-                            assert_int_equal(n, k);
-                            assert_int_equal(tw_pending(t), 1);
-                            assert_check(t);
-                        }
-                        assert_int_equal(a.failed, 0); /* none was even tried */
-                        assert_int_equal(tw_cancel(t, id), 0);
-                        tw_destroy(t);
-                        assert_int_equal(a.live, 0);
-                    }
+                    for (int flags = 0; flags < 2; flags++)
+                        rearm_case(W, firsts[f] ? firsts[f] : 1, p, flags);
     }
+    for (uint64_t W = 2; W <= 4; W *= 2)
+        for (uint64_t p = 1; p <= 3 * W * W; p++)
+            for (uint64_t first = 1; first < 2 * W * W; first++)
+                for (int flags = 0; flags < 2; flags++)
+                    rearm_case(W, first, p, flags);
 }
 
 /* Creation fails at its n-th allocation for every n until it succeeds:
