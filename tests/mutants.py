@@ -47,6 +47,21 @@ def mutants(top):
     return out
 
 
+def comment_lines(text):
+    """Numbers of the lines that lie wholly inside a block comment, including
+    those of a comment opened after code (which mutants() takes for code: it
+    is left as it is so that a seed keeps drawing the same mutants)."""
+    out, inside = set(), False
+    for n, line in enumerate(text.split('\n'), 1):
+        if inside:
+            out.add(n)
+            inside = '*/' not in line
+            continue
+        k = line.rfind('/*')
+        inside = k >= 0 and '*/' not in line[k:]
+    return out
+
+
 def main():
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 69
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 28
@@ -66,6 +81,11 @@ def main():
         tally = {}
         for k, m in enumerate(ms[start:start + count], start):
             path = os.path.join(tree, m['file'])
+            if m['line'] in comment_lines(open(path).read()):
+                tally['comment'] = tally.get('comment', 0) + 1
+                print('%d\tcomment\t%s:%d\t(not code: skipped)' % (k, m['file'], m['line']),
+                      flush=True)
+                continue
             lines = open(path).read().split('\n')
             l = lines[m['line'] - 1]
             lines[m['line'] - 1] = l[:m['col']] + m['b'] + l[m['col'] + len(m['a']):]
