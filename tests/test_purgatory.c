@@ -135,6 +135,61 @@ static void test_request_satisfaction(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A submit that fails at its timeout (the timer's max_pending reached)
+ * takes the op out of its keys' lists even where another op joined after
+ * it: the other stays listed, and an event on the key completes it. The
+ * other joins from inside the first op's second try_complete, the one
+ * moment between its watch and its schedule that a caller's code runs,
+ * and takes the timer's only slot. */
+struct joiner {
+    struct req r; /* first: req_complete takes the ctx for a struct req */
+    tw_purgatory *p;
+    tw_op *other;
+    int tries;
+};
+
+static bool joiner_try(tw_op *op)
+{
+    struct joiner *j = tw_op_ctx(op);
+    if (++j->tries == 2) { /* the second try: after the watch */
+        struct tw_key k = KEY("k");
+        assert_int_equal(tw_purgatory_try_complete_else_watch(j->p, j->other, &k, 1), 0);
+    }
+    return false;
+}
+
+static void test_failed_submit_leaves_later_watchers(void **state)
+{
+    (void)state;
+    static const struct tw_op_ops joiner_ops = { joiner_try, req_complete, req_expire };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.max_pending = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    struct req rc = { 0 };
+    tw_op *c = mk_op(p, &rc, SEC);
+    struct joiner j = { .p = p, .other = c };
+    tw_op *a;
+    assert_int_equal(tw_op_create(p, &joiner_ops, &j, SEC, &a), 0);
+    struct tw_key k = KEY("k");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, a, &k, 1), -EAGAIN);
+    assert_int_equal(j.tries, 2);
+    assert_int_equal(tw_purgatory_watched(p), 1); /* c alone */
+    assert_int_equal(tw_purgatory_delayed(p), 1);
+    atomic_store(&rc.completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "k", 1), 1);
+    assert_int_equal(rc.completed, 1);
+    assert_int_equal(j.tries, 2); /* a was not in the list */
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    assert_false(tw_op_is_completed(a));
+    tw_op_release(a);
+    tw_op_release(c);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* The second try, after the op is watched, completes it: no timeout is
  * scheduled, and its watch entries are completed ones, dropped at the next
  * check of their keys. */
@@ -1499,6 +1554,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_satisfaction),
+        cmocka_unit_test(test_failed_submit_leaves_later_watchers),
         cmocka_unit_test(test_second_try_completes),
         cmocka_unit_test(test_submit_completed_op),
         cmocka_unit_test(test_no_keys),
