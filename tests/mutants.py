@@ -12,7 +12,7 @@ SURVIVED, for a person to judge: many change nothing a caller could see.
 With one seed the candidates are shuffled the same way each run (while src/
 is unchanged), so START continues a run: `69 28 69` tries the next 69.
 
-The README ("Testing") has what the run of 2026-11-25 found.
+The README ("Testing") has what its runs found.
 """
 import json, os, random, subprocess, sys, tempfile, time
 
