@@ -185,6 +185,15 @@ static void test_failed_submit_leaves_later_watchers(void **state)
     assert_int_equal(tw_purgatory_watched(p), 0);
     assert_int_equal(tw_purgatory_delayed(p), 0);
     assert_false(tw_op_is_completed(a));
+    /* refused, a was neither watched nor delayed and may be submitted
+     * again: with the slot back, it is both */
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, a, &k, 1), 0);
+    assert_int_equal(j.tries, 4);
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    assert_int_equal(tw_purgatory_delayed(p), 1);
+    assert_true(tw_op_force_complete(a));
+    assert_int_equal(j.r.completed, 1);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
     tw_op_release(a);
     tw_op_release(c);
     tw_purgatory_destroy(p, NULL, NULL);
