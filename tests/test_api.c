@@ -217,6 +217,61 @@ static void test_overflow_clamps_and_far_future(void **state)
     tw_destroy(t);
 }
 
+/* The last 2W blocks of a level's granularity below 2^64 ticks: a level
+ * whose window would reach past the end of time holds everything to the
+ * end, and the level below must send on what lies in its own last block
+ * rather than fold it onto the slot it is reading (wheel.c,
+ * tw__wheel_level_last). With a 1 ns tick every deadline here is a tick
+ * of its own. Each case: the clock `a` ns before the end, a task at
+ * every ns after it (fired one an advance, none early), then each alone,
+ * followed as an event loop follows tw_next_deadline (nothing fired
+ * before the deadline, the last answer the deadline itself). */
+static void test_last_ticks_before_the_end(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    const uint32_t sizes[] = { 2, 4 };
+    for (size_t w = 0; w < 2; w++) {
+        const uint64_t amax = 16 * (uint64_t)sizes[w] * sizes[w];
+        for (uint64_t a = 1; a <= amax; a++) {
+            const uint64_t start = UINT64_MAX - a;
+            tw_timer *t = mk(&c, start, 1, sizes[w]);
+            int n = 0;
+            for (uint64_t b = 0; b < a; b++)
+                assert_int_equal(tw_schedule_at(t, UINT64_MAX - b, count_fn, &n, NULL), 0);
+            assert_check(t);
+            for (uint64_t i = 1; i <= a; i++)
+                assert_int_equal(tw_advance(t, start + i), 1);
+            assert_int_equal(n, (int)a);
+            assert_check(t);
+            tw_destroy(t);
+
+            for (uint64_t b = 0; b < a; b++) {
+                const uint64_t due = UINT64_MAX - b;
+                uint64_t d = 0;
+                t = mk(&c, start, 1, sizes[w]);
+                n = 0;
+                assert_int_equal(tw_schedule_at(t, due, count_fn, &n, NULL), 0);
+                /* an event loop's steps: each answer at most the deadline
+                 * (earlier where a coarse bucket cascades), each step
+                 * firing nothing before it */
+                for (int steps = 0;; steps++) {
+                    assert_int_equal(tw_next_deadline(t, &d), 0);
+                    if (d >= due)
+                        break;
+                    assert_true(steps < 64);
+                    assert_int_equal(tw_advance(t, d), 0);
+                }
+                assert_int_equal(d, due);
+                assert_int_equal(tw_advance(t, due - 1), 0);
+                assert_check(t);
+                assert_int_equal(tw_advance(t, due), 1);
+                tw_destroy(t);
+            }
+        }
+    }
+}
+
 static void test_clock_backwards(void **state)
 {
     (void)state;
@@ -1803,6 +1858,7 @@ int main(void)
         cmocka_unit_test(test_never_early_rounds_up),
         cmocka_unit_test(test_schedule_at_past),
         cmocka_unit_test(test_overflow_clamps_and_far_future),
+        cmocka_unit_test(test_last_ticks_before_the_end),
         cmocka_unit_test(test_clock_backwards),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cancel_deferred_unseen),
