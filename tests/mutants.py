@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Mutation check: can the suites fail? Not run by CI (about 45 s a mutant).
 
-Each mutant changes one comparison or off-by-one in src/ (<= to <, == to
-!=, && to ||, a "+ 1" dropped, ...: the first such operator of a line of
-code), in a git worktree of HEAD, builds it and runs every suite but
-`install` and `docs`. A mutant that passes them all is printed as
-SURVIVED, for a person to judge: many change nothing a caller could see.
+Each mutant changes one operator of a line of code in src/ (the line's
+first of its set's: set 1, the default, comparisons and off-by-ones, <= to
+<, == to !=, && to ||, a "+ 1" dropped, ...; set 2 arithmetic, shifts and
+masks, + to -, & to |, << to >>, * to /), in a git worktree of HEAD,
+builds it and runs every suite but `install` and `docs`. A mutant that
+passes them all is printed as SURVIVED, for a person to judge: many
+change nothing a caller could see.
 
-    python3 tests/mutants.py [COUNT [SEED [START]]]   # default 69, seed 28, from 0
+    python3 tests/mutants.py [COUNT [SEED [START [SET]]]]   # default 69, seed 28, from 0, set 1
 
 With one seed the candidates are shuffled the same way each run (while src/
 is unchanged), so START continues a run: `69 28 69` tries the next 69.
@@ -18,9 +20,17 @@ import json, os, random, subprocess, sys, tempfile, time
 
 FILES = ['src/wheel.c', 'src/wheel.h', 'src/timer.c', 'src/drain.c', 'src/pool.h', 'src/pool.c',
          'src/extra.c', 'src/delay_queue.c', 'src/tickdiv.h', 'src/watchers.c', 'src/purgatory.c']
-OPS = [(' <= ', ' < '), (' >= ', ' > '), (' < ', ' <= '), (' > ', ' >= '), (' == ', ' != '),
-       (' != ', ' == '), (' && ', ' || '), (' || ', ' && '), (' + 1', ''), (' - 1', ''),
-       ('+ 1u', ''), ('- 1u', '')]
+# Set 1: comparisons and off-by-ones. Set 2: arithmetic, shifts and masks
+# (a sum made a difference, an & an |, a shift turned round, a product a
+# quotient), for the size, index and tick computations set 1 leaves alone.
+SETS = {
+    1: [(' <= ', ' < '), (' >= ', ' > '), (' < ', ' <= '), (' > ', ' >= '), (' == ', ' != '),
+        (' != ', ' == '), (' && ', ' || '), (' || ', ' && '), (' + 1', ''), (' - 1', ''),
+        ('+ 1u', ''), ('- 1u', '')],
+    2: [(' + ', ' - '), (' - ', ' + '), (' & ', ' | '), (' | ', ' & '), (' << ', ' >> '),
+        (' >> ', ' << '), (' * ', ' / ')],
+}
+OPS = SETS[1]
 
 
 def mutants(top):
@@ -66,6 +76,8 @@ def main():
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 69
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 28
     start = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    global OPS
+    OPS = SETS[int(sys.argv[4]) if len(sys.argv) > 4 else 1]
     top = subprocess.run(['git', 'rev-parse', '--show-toplevel'], capture_output=True,
                          text=True, check=True).stdout.strip()
     tmp = tempfile.mkdtemp(prefix='twheel-mutants.')
