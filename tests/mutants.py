@@ -76,6 +76,9 @@ def main():
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 69
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 28
     start = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    # every suite takes ~10 s here: a mutant still running after the limit
+    # (TW_MUTANT_TIMEOUT seconds, 240 unless set) is taken for a hang
+    limit = int(os.environ.get('TW_MUTANT_TIMEOUT', '240'))
     global OPS
     OPS = SETS[int(sys.argv[4]) if len(sys.argv) > 4 else 1]
     top = subprocess.run(['git', 'rev-parse', '--show-toplevel'], capture_output=True,
@@ -109,7 +112,7 @@ def main():
                 try:
                     r = subprocess.run(['meson', 'test', '-C', build, '--no-rebuild', '--no-suite',
                                         'install', '--no-suite', 'docs'], capture_output=True,
-                                       timeout=240)
+                                       timeout=limit)
                     res = 'killed' if r.returncode else 'SURVIVED'
                 except subprocess.TimeoutExpired:
                     res = 'killed(timeout)'
