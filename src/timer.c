@@ -145,6 +145,8 @@ static uint32_t choose_shards(const struct tw_options *o)
     return n;
 }
 
+void (*tw__mem_released)(const struct tw__mem *m);
+
 static void free_shards(tw_timer *t, uint32_t made)
 {
     for (uint32_t s = 0; s < made; s++) {
@@ -163,6 +165,8 @@ static void free_shards(tw_timer *t, uint32_t made)
         tw__engine_destroy(&sh->eng);
         if (t->threaded)
             tw__lock_destroy(&sh->lock);
+        if (tw__mem_released)
+            tw__mem_released(&sh->mem);
     }
 }
 
@@ -210,6 +214,8 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
     void *raw = tw__alloc(&t->mem, t->shards_bytes);
     if (!raw) {
         tw__free(&mem, t, sizeof(*t));
+        if (tw__mem_released)
+            tw__mem_released(&mem);
         return -ENOMEM;
     }
     t->shards = (struct tw__shard *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
@@ -250,8 +256,11 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
         rc = tw__runtime_start(t, &o);
     if (rc) {
         free_shards(t, made);
-        tw__free(&t->mem, raw, t->shards_bytes);
+        mem = t->mem; /* t's own bytes are counted there too */
+        tw__free(&mem, raw, t->shards_bytes);
         tw__free(&mem, t, sizeof(*t));
+        if (tw__mem_released)
+            tw__mem_released(&mem);
         return rc;
     }
     *out = t;
@@ -272,6 +281,8 @@ void tw_destroy(tw_timer *t)
     struct tw__mem mem = t->mem;
     tw__free(&mem, t->shards_raw, t->shards_bytes);
     tw__free(&mem, t, sizeof(*t));
+    if (tw__mem_released)
+        tw__mem_released(&mem);
 }
 
 /* ---- scheduling ------------------------------------------------------- */

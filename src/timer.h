@@ -201,6 +201,15 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o);
 extern int (*tw__thread_create)(pthread_t *th, const pthread_attr_t *attr,
                                 void *(*fn)(void *), void *arg);
 void tw__runtime_kick(tw_timer *t, uint64_t exp_ns);
+
+/* When set (by a white-box test; NULL otherwise), called with each memory
+ * account a timer lets go of, once everything allocated through it has
+ * been freed: each shard's as tw_destroy (or a failed tw_create) frees it,
+ * and the timer's own last. Every block is freed with the size it was
+ * allocated with, so the account's bytes are 0 there: a size named wrong
+ * would unmap the wrong length of a mapped block, and skews tw_stats'
+ * memory_bytes. Not exported. */
+extern void (*tw__mem_released)(const struct tw__mem *m);
 /* Adds the lateness of the one-shot jobs the workers took to *max and
  * hist (TW__LATE_BUCKETS counts). */
 void tw__runtime_late(tw_timer *t, uint64_t *max, uint64_t *hist);

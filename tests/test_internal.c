@@ -1412,6 +1412,112 @@ static void test_watch_list_cannot_wrap(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Every block a timer allocates is freed with the size it was allocated
+ * with: each memory account (a shard's, the timer's own) holds 0 bytes
+ * when tw_destroy or a failed tw_create lets it go (tw__mem_released,
+ * timer.h). The user's allocator never sees a size at free, so a wrong
+ * one shows nowhere else: it would skew tw_stats' memory_bytes, and on a
+ * mapped block unmap the wrong length. Everything that holds memory is
+ * made: the pool past its capacity, levels days out, the delay queue, the
+ * key map, periodic records; manual and threaded; and every allocation of
+ * a threaded create refused in turn. */
+static unsigned released, released_unbalanced;
+
+static void on_released(const struct tw__mem *m)
+{
+    released++;
+    if (m->bytes) {
+        released_unbalanced++;
+        print_message("an account let go holding %llu bytes\n", (unsigned long long)m->bytes);
+    }
+}
+
+static void fill_everything(tw_timer *t, int *n)
+{
+    char key[16];
+    for (uint64_t k = 0; k < 3000; k++) /* 1 ms to ~35 days: six levels */
+        assert_int_equal(tw_schedule(t, (1 + k * k * 337) * MS, count_fn, n, NULL), 0);
+    for (int k = 0; k < 200; k++) {
+        int len = snprintf(key, sizeof key, "key-%d", k);
+        assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, (1 + (uint64_t)k) * SEC,
+                                           count_fn, n, NULL), 0);
+    }
+    for (int k = 0; k < 200; k += 2) {
+        int len = snprintf(key, sizeof key, "key-%d", k);
+        assert_int_equal(tw_cancel_keyed(t, key, (size_t)len), 0);
+    }
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(tw_schedule_every(t, MS, (1 + (uint64_t)k) * 10 * MS, TW_FIXED_RATE,
+                                           count_fn, n, NULL), 0);
+}
+
+static void test_every_byte_accounted_at_destroy(void **state)
+{
+    (void)state;
+    tw__mem_released = on_released;
+
+    /* manual: filled, advanced a day (fired, cascaded, re-armed), freed
+     * with keyed and periodic tasks still pending */
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.capacity = 1000;
+    tw_timer *t;
+    int n = 0;
+    released = released_unbalanced = 0;
+    assert_int_equal(tw_create(&t, &o), 0);
+    fill_everything(t, &n);
+    c.now = 86400 * SEC;
+    assert_true(tw_advance(t, c.now) > 0);
+    assert_true(n > 0);
+    assert_check(t);
+    tw_destroy(t);
+    assert_int_equal(released, 2); /* the shard's account, then the timer's */
+    assert_int_equal(released_unbalanced, 0);
+
+    /* threaded, four shards, workers: filled and freed */
+    struct atomic_clock ac;
+    atomic_store(&ac.now, 0);
+    atomic_store(&ac.reads, 0);
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.shards = 4;
+    o.workers = 2;
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &ac;
+    released = 0;
+    assert_int_equal(tw_create(&t, &o), 0);
+    n = 0;
+    fill_everything(t, &n);
+    tw_destroy(t);
+    assert_int_equal(released, 5);
+    assert_int_equal(released_unbalanced, 0);
+
+    /* a threaded create with a capacity, each allocation refused in turn:
+     * the accounts it made are let go balanced too */
+    unsigned failed = 0;
+    for (unsigned k = 1;; k++) {
+        struct count_alloc a = { 0 };
+        a.fail_at = k;
+        o.allocator = counting(&a);
+        o.capacity = 5000;
+        released = 0;
+        t = NULL;
+        int rc = tw_create(&t, &o);
+        if (rc == 0) {
+            tw_destroy(t);
+            assert_int_equal(released, 5);
+            break;
+        }
+        assert_int_equal(rc, -ENOMEM);
+        assert_true(released >= (k > 1)); /* the first is the timer itself */
+        assert_int_equal(a.live, 0);
+        failed++;
+    }
+    assert_true(failed >= 6);
+    assert_int_equal(released_unbalanced, 0);
+    tw__mem_released = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1441,6 +1547,7 @@ int main(void)
         cmocka_unit_test(test_deferred_ring_fills),
         cmocka_unit_test(test_keymap_wrapped_run),
         cmocka_unit_test(test_watch_list_cannot_wrap),
+        cmocka_unit_test(test_every_byte_accounted_at_destroy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
