@@ -210,6 +210,7 @@ void tw__runtime_kick(tw_timer *t, uint64_t exp_ns);
  * would unmap the wrong length of a mapped block, and skews tw_stats'
  * memory_bytes. Not exported. */
 extern void (*tw__mem_released)(const struct tw__mem *m);
+
 /* Adds the lateness of the one-shot jobs the workers took to *max and
  * hist (TW__LATE_BUCKETS counts). */
 void tw__runtime_late(tw_timer *t, uint64_t *max, uint64_t *hist);
