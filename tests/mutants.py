@@ -4,7 +4,9 @@
 Each mutant changes one operator of a line of code in src/ (the line's
 first of its set's: set 1, the default, comparisons and off-by-ones, <= to
 <, == to !=, && to ||, a "+ 1" dropped, ...; set 2 arithmetic, shifts and
-masks, + to -, & to |, << to >>, * to /), in a git worktree of HEAD,
+masks, + to -, & to |, << to >>, * to /), or with set 3 removes one
+statement (an assignment, an increment or a call standing alone on its
+line, made `(void)0;`), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -16,7 +18,7 @@ is unchanged), so START continues a run: `69 28 69` tries the next 69.
 
 The README ("Testing") has what its runs found.
 """
-import json, os, random, subprocess, sys, tempfile, time
+import json, os, random, re, subprocess, sys, tempfile, time
 
 FILES = ['src/wheel.c', 'src/wheel.h', 'src/timer.c', 'src/drain.c', 'src/pool.h', 'src/pool.c',
          'src/extra.c', 'src/delay_queue.c', 'src/tickdiv.h', 'src/watchers.c', 'src/purgatory.c']
@@ -29,14 +31,28 @@ SETS = {
         ('+ 1u', ''), ('- 1u', '')],
     2: [(' + ', ' - '), (' - ', ' + '), (' & ', ' | '), (' | ', ' & '), (' << ', ' >> '),
         (' >> ', ' << '), (' * ', ' / ')],
+    3: None,
 }
 OPS = SETS[1]
+# Set 3 removes a statement: what a line holds as a whole that is written
+# for its effect (an assignment, ++ or --, a call whose value is dropped).
+# Declarations, returns and jumps are left: removing those mostly fails to
+# compile or only moves where a function ends. So are the calls that take
+# and drop locks: without an unlock a suite hangs until the time limit,
+# and without a lock what breaks is a race, ThreadSanitizer's job in CI.
+STATEMENT = re.compile(r'^(?:[\w.>\[\]*&()-]+\s*(?:[-+*/%&|^]|<<|>>)?=[^=].*'
+                       r'|(?:\+\+|--)?[\w.>\[\]-]+(?:\+\+|--)?'
+                       r'|[\w.>-]+\(.*\))\s*;$')
+DECLARATION = re.compile(r'^(?:\w+\s+)+\**\s*\w+\s*(?:=|;|,|\[)')
+KEYWORDS = ('return', 'break', 'continue', 'goto', 'if', 'for', 'while', 'switch', 'do ',
+            'else', 'case', 'default', '(void)')
 
 
 def mutants(top):
     out = []
     for f in FILES:
         incomment = False
+        prev = ''  # the last line of code before this one, stripped
         for n, line in enumerate(open(os.path.join(top, f)).read().split('\n'), 1):
             st = line.strip()
             if incomment:
@@ -48,7 +64,18 @@ def mutants(top):
             if st.startswith(('*', '#', '//')):
                 continue
             code = line.split('/*')[0]
+            before, prev = prev, code.strip() or prev
             if 'assert' in code or 'FAIL(' in code or '__builtin_prefetch' in code:
+                continue
+            if OPS is None:
+                # a statement of its own: the line before ends one (or opens
+                # a block, or is the head of an if, a loop or a label)
+                c = code.strip()
+                if (before.endswith((';', '{', '}', ')', ':', 'else')) and STATEMENT.match(c)
+                        and not DECLARATION.match(c) and not c.startswith(KEYWORDS)
+                        and not re.search(r'_(un)?lock\(', c)):
+                    out.append({'file': f, 'line': n, 'col': code.index(c), 'a': c,
+                                'b': '(void)0;', 'text': st})
                 continue
             for a, b in OPS:
                 if a in code:
