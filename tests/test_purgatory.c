@@ -395,7 +395,56 @@ static void test_purge_threshold(void **state)
     assert_int_equal(tw_purgatory_watched(p), 4); /* not more than 4: kept */
     tw_op_release(u);
     tw_op_release(v);
+    assert_int_equal(tw_purgatory_purge(p), 4);
+
+    /* Nor do the lists an op left before it completed: cancel_key takes it
+     * from k5's, and its completion then counts the 4 it is still in. */
+    tw_op *w = mk_op(p, &r[0], 100000 * MS);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, w, keys, 5), 0);
+    assert_int_equal(tw_purgatory_cancel_key(p, "k5", 2, NULL, NULL), 1);
+    assert_int_equal(tw_purgatory_watched(p), 4);
+    assert_true(tw_op_force_complete(w)); /* 4 completed entries listed */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 4); /* not more than 4: kept */
+    tw_op_release(w);
     tw_purgatory_destroy(p, NULL, NULL);
+}
+
+/* A purge that empties keys gives their room in the key table back: as
+ * many keys again fit without the table growing (one watch shard, whose
+ * table holds 8 keys before it doubles to 128 bytes; from then on the
+ * allocator refuses anything over 100 bytes, which a key's list and its
+ * array of ops never ask for). */
+static void test_purge_frees_key_room(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    tw_purgatory *p = mk_counted(&a, 1);
+    struct req r[16] = { 0 };
+    tw_op *o[16];
+    char name[8][3];
+    struct tw_key keys[8];
+    for (int i = 0; i < 16; i++)
+        o[i] = mk_op(p, &r[i], 100000 * MS);
+    for (int i = 0; i < 8; i++) {
+        snprintf(name[i], sizeof(name[i]), "a%d", i);
+        keys[i] = (struct tw_key){ name[i], 2 };
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[i], &keys[i], 1), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        assert_true(tw_op_force_complete(o[i]));
+    assert_int_equal(tw_purgatory_purge(p), 8);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    a.fail_above = 100;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[8 + i], &keys[i], 1), 0);
+    assert_int_equal(a.failed, 0);
+    assert_int_equal(tw_purgatory_watched(p), 8);
+    a.fail_above = 0;
+    for (int i = 0; i < 16; i++)
+        tw_op_release(o[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
 }
 
 static void collect_op(tw_op *op, void *arg)
@@ -1571,6 +1620,7 @@ int main(void)
         cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_purge_threshold),
+        cmocka_unit_test(test_purge_frees_key_room),
         cmocka_unit_test(test_cancel_key),
         cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
