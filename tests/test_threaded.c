@@ -621,13 +621,24 @@ static void test_cancel_taken_periodic(void **state)
 
 /* tw_drain on a running threaded timer hands back the periodic tasks the
  * driver has taken: the one whose callback is running (it is not re-armed)
- * and the one waiting behind it (its callback never runs). */
+ * and the one waiting behind it (its callback never runs). Both give their
+ * places under max_pending back at once. */
 static void test_drain_taken_periodic(void **state)
 {
     (void)state;
     for (uint32_t workers = 0; workers <= 1; workers++) {
         struct atomic_clock c;
-        tw_timer *t = mk_fake(&c, workers);
+        atomic_init(&c.now, 1000 * SEC);
+        atomic_init(&c.reads, 0);
+        struct tw_options o;
+        tw_options_init(&o);
+        o.clock = atomic_clock_read;
+        o.clock_ctx = &c;
+        o.threaded = 1;
+        o.workers = workers;
+        o.max_pending = 2;
+        tw_timer *t;
+        assert_int_equal(tw_create(&t, &o), 0);
         uint64_t base = atomic_load(&c.now);
         struct job_rec running = { .hold = 1 }, waiting = { 0 };
         gate_reset(0);
@@ -638,6 +649,12 @@ static void test_drain_taken_periodic(void **state)
         assert_int_equal(tw_pending(t), 2);
         assert_int_equal(tw_drain(t, rec_handed, NULL), 2);
         assert_int_equal(tw_pending(t), 0);
+        tw_id room[2];
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &room[k]), 0);
+        assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, NULL), -EAGAIN);
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(tw_cancel(t, room[k]), 0);
         atomic_store(&gate.release, 1);
         pthread_join(w, NULL);
         settle(t, workers);
