@@ -761,6 +761,11 @@ static void test_errors_and_alloc_failure(void **state)
     tw_purgatory_destroy(NULL, NULL, NULL);
     struct tw_purgatory_options o;
     tw_purgatory_options_init(&o);
+    /* the documented defaults: Kafka's, on a threaded 1 ms timer */
+    assert_int_equal(o.shards, 512);
+    assert_int_equal(o.purge_interval, 1000);
+    assert_int_equal(o.timer.threaded, 1);
+    assert_int_equal(o.timer.tick_ns, MS);
     o.shards = 3;
     assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
     o.shards = 1u << 17;
