@@ -592,6 +592,81 @@ static void test_destroy_hands_back(void **state)
     }
 }
 
+/* An expiration that tw_purgatory_destroy finds running holds it up: the
+ * timer is stopped first, and only then do the lists go. The expiring op's
+ * on_expire, on the timer's one worker (on the driver, it would hold up
+ * tw_wake too), waits to be let go, then reads how many entries are
+ * listed. */
+static struct {
+    _Atomic int entered, release, destroying, destroyed;
+    _Atomic uint64_t watched_seen;
+    int handed;
+} held;
+
+static bool never_ready(tw_op *op)
+{
+    (void)op;
+    return false;
+}
+
+static void nothing_on_complete(tw_op *op)
+{
+    (void)op;
+}
+
+static void held_expire(tw_op *op)
+{
+    (void)op;
+    atomic_store(&held.entered, 1);
+    for (int ms = 0; ms < 60000 && !atomic_load(&held.release); ms++)
+        usleep(1000);
+    atomic_store(&held.watched_seen, tw_purgatory_watched(tp));
+}
+
+static void *destroy_main(void *arg)
+{
+    (void)arg;
+    atomic_store(&held.destroying, 1);
+    tw_purgatory_destroy(tp, count_unfinished, &held.handed);
+    atomic_store(&held.destroyed, 1);
+    return NULL;
+}
+
+static void test_destroy_waits_for_expiration(void **state)
+{
+    (void)state;
+    static const struct tw_op_ops held_ops = { never_ready, nothing_on_complete, held_expire };
+    struct atomic_clock c;
+    mk_threaded(1000, 1, 0, &c);
+    tw_op *a, *b;
+    struct req rb = { 0 };
+    assert_int_equal(tw_op_create(tp, &held_ops, NULL, MS, &a), 0);
+    b = mk_op(tp, &rb, 100 * SEC);
+    struct tw_key ka = KEY("a"), kb = KEY("b");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(tp, a, &ka, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(tp, b, &kb, 1), 0);
+    assert_int_equal(tw_purgatory_watched(tp), 2);
+    atomic_fetch_add(&c.now, MS);
+    assert_int_equal(tw_wake(tw_purgatory_timer(tp)), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&held.entered); ms++)
+        usleep(1000);
+    assert_true(atomic_load(&held.entered));
+    pthread_t d;
+    assert_int_equal(pthread_create(&d, NULL, destroy_main, NULL), 0);
+    while (!atomic_load(&held.destroying))
+        usleep(1000);
+    usleep(100000); /* time for a destroy that did not wait to get on */
+    assert_false(atomic_load(&held.destroyed));
+    atomic_store(&held.release, 1);
+    pthread_join(d, NULL);
+    assert_int_equal(atomic_load(&held.watched_seen), 2); /* a's, b's: whole */
+    assert_int_equal(held.handed, 1); /* b, still waiting */
+    assert_true(tw_op_is_completed(a));
+    assert_false(tw_op_is_completed(b));
+    tw_op_release(a);
+    tw_op_release(b);
+}
+
 /* Ops the caller still holds outlive tw_purgatory_destroy: waiting (and
  * handed to `unfinished`), never submitted, completed while still listed
  * under another key, and expired. Afterwards they can be read, completed
@@ -1630,6 +1705,7 @@ int main(void)
         cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
         cmocka_unit_test(test_ops_outlive_purgatory),
+        cmocka_unit_test(test_destroy_waits_for_expiration),
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_errors_and_alloc_failure),
         cmocka_unit_test(test_completed_ops_are_purged),
