@@ -447,6 +447,33 @@ static void test_purge_frees_key_room(void **state)
     assert_int_equal(a.live, 0);
 }
 
+/* A check that completes every op of a key removes the key: its list and
+ * array of ops are freed at once (one watch shard, so that no other
+ * shard's table is made on the way; a first key warms up the timer). */
+static void test_check_removes_emptied_key(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    tw_purgatory *p = mk_counted(&a, 1);
+    struct req r[2] = { 0 };
+    tw_op *o[2] = { mk_op(p, &r[0], 100000 * MS), mk_op(p, &r[1], 100000 * MS) };
+    struct tw_key kw = KEY("warm"), kk = KEY("key");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[0], &kw, 1), 0);
+    atomic_store(&r[0].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "warm", 4), 1);
+    long live = a.live;
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[1], &kk, 1), 0);
+    assert_int_equal(a.live, live + 2); /* the key's list and its array */
+    atomic_store(&r[1].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "key", 3), 1);
+    assert_int_equal(a.live, live);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    tw_op_release(o[0]);
+    tw_op_release(o[1]);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
+}
+
 static void collect_op(tw_op *op, void *arg)
 {
     tw_op **seen = arg;
@@ -1701,6 +1728,7 @@ int main(void)
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_purge_threshold),
         cmocka_unit_test(test_purge_frees_key_room),
+        cmocka_unit_test(test_check_removes_emptied_key),
         cmocka_unit_test(test_cancel_key),
         cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
