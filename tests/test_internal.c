@@ -693,6 +693,55 @@ static void test_rewind_after_periodic(void **state)
     tw_destroy(t);
 }
 
+/* A callback that cancels the last tasks pending empties the timer with
+ * their unlinks deferred (wheel.c, "Deferred unlink"): they must be
+ * settled before the advance rewinds, or the rewound slots would be handed
+ * out while still in their lists, and a later unlink would take a new task
+ * out of its bucket. (Two places settle them: the advance's last take,
+ * which finds the expired list empty, and the rewind itself; the
+ * mutation check's removal of either alone changes nothing.) Four tasks
+ * scheduled after it take the rewound slots and all fire. */
+static tw_id far_ids[2];
+
+static void cancel_far(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_cancel(t, far_ids[k]), 0);
+}
+
+static void test_rewind_after_cancels_in_callback(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    /* due now: they wait on the expired list, and the advance takes no
+     * bucket (a bucket taken would settle the ring as the cascade spreads) */
+    assert_int_equal(tw_schedule(t, 0, cancel_far, NULL, NULL), 0);
+    assert_int_equal(tw_schedule(t, 0, noop_fn, NULL, NULL), 0);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &far_ids[k]), 0);
+    assert_int_equal(tw_advance(t, 0), 2);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(p->free_head, TW__REWOUND);
+    assert_check(t);
+    int fired = 0;
+    for (uint32_t k = 0; k < 4; k++) {
+        tw_id id;
+        assert_int_equal(tw_schedule(t, MS, count_fn, &fired, &id), 0);
+        assert_int_equal(tw__id_slot(t, id), k); /* the rewound slots */
+        assert_check(t);
+    }
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_cancel(t, far_ids[k]), -ENOENT);
+    assert_int_equal(tw_advance(t, 2 * MS), 4);
+    assert_int_equal(fired, 4);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* Threaded, with a worker: a periodic task cancelled from its callback
  * holds its slot until the callback returns, and the driver, which has
  * handed the job over and found nothing more due, must not rewind over it
@@ -1535,6 +1584,7 @@ int main(void)
         cmocka_unit_test(test_free_list_rewinds),
         cmocka_unit_test(test_rewind_not_for_the_spare),
         cmocka_unit_test(test_rewind_after_periodic),
+        cmocka_unit_test(test_rewind_after_cancels_in_callback),
         cmocka_unit_test(test_rewind_threaded_waits_for_periodic),
         cmocka_unit_test(test_populate_chunks),
         cmocka_unit_test(test_pool_populates_ahead),
