@@ -410,6 +410,35 @@ static void test_purge_threshold(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Expirations count towards the purge too: a purgatory whose ops only
+ * ever time out (no event checks their keys) still purges their entries
+ * once more than purge_interval are listed, at the expiration that passes
+ * it. */
+static void test_expirations_purge(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(4);
+    tw_timer *t = tw_purgatory_timer(p);
+    struct req r[5] = { 0 };
+    tw_op *o[5];
+    char name[5][3];
+    for (int i = 0; i < 5; i++) {
+        snprintf(name[i], sizeof(name[i]), "e%d", i);
+        struct tw_key k = { name[i], 2 };
+        o[i] = mk_op(p, &r[i], (uint64_t)(i + 1) * MS);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[i], &k, 1), 0);
+    }
+    assert_int_equal(tw_advance(t, 4 * MS), 4);
+    assert_int_equal(tw_purgatory_watched(p), 5); /* 4 expired entries: kept */
+    assert_int_equal(tw_advance(t, 5 * MS), 1);
+    assert_int_equal(tw_purgatory_watched(p), 0); /* the fifth: purged */
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(r[i].expired, 1);
+        tw_op_release(o[i]);
+    }
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* A purge that empties keys gives their room in the key table back: as
  * many keys again fit without the table growing (one watch shard, whose
  * table holds 8 keys before it doubles to 128 bytes; from then on the
@@ -1727,6 +1756,7 @@ int main(void)
         cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_purge_threshold),
+        cmocka_unit_test(test_expirations_purge),
         cmocka_unit_test(test_purge_frees_key_room),
         cmocka_unit_test(test_check_removes_emptied_key),
         cmocka_unit_test(test_cancel_key),
