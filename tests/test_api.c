@@ -1748,6 +1748,30 @@ static void test_capacity_preallocates(void **state)
     }
 }
 
+/* A cancelled task is never cascaded, though its unlink waits in the ring
+ * (wheel.c, "Deferred unlink"): a collect settles the ring first, so only
+ * the live task of the coarse bucket comes down a level. */
+static void test_cancelled_not_cascaded(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int fired = 0;
+    tw_id x;
+    assert_int_equal(tw_schedule(t, 1000 * MS, count_fn, &fired, &x), 0); /* level 1 */
+    assert_int_equal(tw_schedule(t, 1000 * MS, count_fn, &fired, NULL), 0);
+    assert_int_equal(tw_cancel(t, x), 0);
+    assert_int_equal(tw_advance(t, 1000 * MS), 1);
+    assert_int_equal(fired, 1);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.cancelled, 1);
+    assert_int_equal(s.fired, 1);
+    assert_int_equal(s.cascaded, 1);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* Nothing shrinks, and what a peak made is reused: after 50,000 tasks
  * (levels, pool, keyed records and their key table) are all cancelled
  * the timer holds the same bytes, and a second peak of the same size,
@@ -1887,6 +1911,7 @@ int main(void)
         cmocka_unit_test(test_stats_and_misc),
         cmocka_unit_test(test_ids_never_reissued),
         cmocka_unit_test(test_capacity_preallocates),
+        cmocka_unit_test(test_cancelled_not_cascaded),
         cmocka_unit_test(test_growth_both_allocators),
         cmocka_unit_test(test_peak_kept_and_reused),
     };
