@@ -1159,6 +1159,41 @@ static void test_threaded_cancel_releases_bound(void **state)
     tw_destroy(t);
 }
 
+/* A keyed schedule that fails for its key's memory gives its place under
+ * max_pending back: the bound still admits 2 tasks afterwards. (A first
+ * keyed task, cancelled, leaves a record and the key table to reuse, so
+ * the key's copy is the one allocation the failing schedule makes.) */
+static void test_failed_keyed_releases_bound(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct atomic_clock c;
+    atomic_init(&c.now, 5 * SEC);
+    atomic_init(&c.reads, 0);
+    struct tw_options o;
+    tw_options_init(&o);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &c;
+    o.threaded = 1;
+    o.max_pending = 2;
+    o.allocator = counting(&a);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    static const char key[] = "a key longer than a record holds inline, copied";
+    assert_int_equal(tw_schedule_keyed(t, key, sizeof key, SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_cancel_keyed(t, key, sizeof key), 0);
+    a.fail_at = 1;
+    assert_int_equal(tw_schedule_keyed(t, key, sizeof key, SEC, noop_fn, NULL, NULL), -ENOMEM);
+    assert_int_equal(a.failed, 1);
+    assert_int_equal(tw_pending(t), 0);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -EAGAIN);
+    assert_check(t);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
 static void test_thread_names(void **state)
 {
     (void)state;
@@ -1478,6 +1513,7 @@ int main(void)
         cmocka_unit_test(test_drain_during_dispatch),
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_threaded_cancel_releases_bound),
+        cmocka_unit_test(test_failed_keyed_releases_bound),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
         cmocka_unit_test(test_threads_block_signals),
