@@ -1194,6 +1194,42 @@ static void test_failed_keyed_releases_bound(void **state)
     assert_int_equal(a.live, 0);
 }
 
+/* A periodic task that cancels itself from its callback (state: firing)
+ * gives its place under max_pending back too. */
+static void cancel_own(tw_timer *t, tw_id id, void *arg)
+{
+    assert_int_equal(tw_cancel(t, id), 0);
+    atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+static void test_periodic_cancel_releases_bound(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    atomic_init(&c.now, 5 * SEC);
+    atomic_init(&c.reads, 0);
+    struct tw_options o;
+    tw_options_init(&o);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &c;
+    o.threaded = 1;
+    o.max_pending = 1;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    _Atomic int ran = 0;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, cancel_own, &ran, NULL), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -EAGAIN);
+    atomic_fetch_add(&c.now, MS);
+    assert_int_equal(tw_wake(t), 0); /* the driver ran it: no workers */
+    assert_int_equal(atomic_load(&ran), 1);
+    assert_int_equal(tw_pending(t), 0);
+    tw_id id;
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
+    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -EAGAIN);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_thread_names(void **state)
 {
     (void)state;
@@ -1514,6 +1550,7 @@ int main(void)
         cmocka_unit_test(test_threaded_misc),
         cmocka_unit_test(test_threaded_cancel_releases_bound),
         cmocka_unit_test(test_failed_keyed_releases_bound),
+        cmocka_unit_test(test_periodic_cancel_releases_bound),
         cmocka_unit_test(test_thread_names),
         cmocka_unit_test(test_driver_timer_slack),
         cmocka_unit_test(test_threads_block_signals),
