@@ -421,6 +421,29 @@ static void test_stop_from_callback(void **state)
  * worker in a first callback so that the tasks behind it stay taken, and
  * act on them then. */
 
+/* A threaded timer on clock c (reading 5 s) with `workers`, `shards` (0:
+ * the default) and at most max_pending tasks pending, its allocations
+ * through a (NULL: the default allocator). */
+static tw_timer *bounded_fake(struct atomic_clock *c, uint32_t workers, uint32_t shards,
+                              uint64_t max_pending, struct count_alloc *a)
+{
+    atomic_init(&c->now, 5 * SEC);
+    atomic_init(&c->reads, 0);
+    struct tw_options o;
+    tw_options_init(&o);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = c;
+    o.threaded = 1;
+    o.workers = workers;
+    o.shards = shards;
+    o.max_pending = max_pending;
+    if (a)
+        o.allocator = counting(a);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    return t;
+}
+
 struct job_rec {
     _Atomic int ran, handed;
     int hold; /* this callback holds its thread (see held_fn) */
@@ -628,17 +651,7 @@ static void test_drain_taken_periodic(void **state)
     (void)state;
     for (uint32_t workers = 0; workers <= 1; workers++) {
         struct atomic_clock c;
-        atomic_init(&c.now, 1000 * SEC);
-        atomic_init(&c.reads, 0);
-        struct tw_options o;
-        tw_options_init(&o);
-        o.clock = atomic_clock_read;
-        o.clock_ctx = &c;
-        o.threaded = 1;
-        o.workers = workers;
-        o.max_pending = 2;
-        tw_timer *t;
-        assert_int_equal(tw_create(&t, &o), 0);
+        tw_timer *t = bounded_fake(&c, workers, 0, 2, NULL);
         uint64_t base = atomic_load(&c.now);
         struct job_rec running = { .hold = 1 }, waiting = { 0 };
         gate_reset(0);
@@ -1072,18 +1085,7 @@ static void test_drain_during_dispatch(void **state)
  * clock c, which reads 5 s. */
 static tw_timer *bounded_threaded(struct atomic_clock *c)
 {
-    atomic_init(&c->now, 5 * SEC);
-    atomic_init(&c->reads, 0);
-    struct tw_options o;
-    tw_options_init(&o);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = c;
-    o.threaded = 1;
-    o.max_pending = 2;
-    o.shards = 4;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    return t;
+    return bounded_fake(c, 0, 4, 2, NULL);
 }
 
 static void test_threaded_misc(void **state)
@@ -1168,17 +1170,7 @@ static void test_failed_keyed_releases_bound(void **state)
     (void)state;
     struct count_alloc a = { 0 };
     struct atomic_clock c;
-    atomic_init(&c.now, 5 * SEC);
-    atomic_init(&c.reads, 0);
-    struct tw_options o;
-    tw_options_init(&o);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = &c;
-    o.threaded = 1;
-    o.max_pending = 2;
-    o.allocator = counting(&a);
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = bounded_fake(&c, 0, 0, 2, &a);
     static const char key[] = "a key longer than a record holds inline, copied";
     assert_int_equal(tw_schedule_keyed(t, key, sizeof key, SEC, noop_fn, NULL, NULL), 0);
     assert_int_equal(tw_cancel_keyed(t, key, sizeof key), 0);
@@ -1206,16 +1198,7 @@ static void test_periodic_cancel_releases_bound(void **state)
 {
     (void)state;
     struct atomic_clock c;
-    atomic_init(&c.now, 5 * SEC);
-    atomic_init(&c.reads, 0);
-    struct tw_options o;
-    tw_options_init(&o);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = &c;
-    o.threaded = 1;
-    o.max_pending = 1;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = bounded_fake(&c, 0, 0, 1, NULL);
     _Atomic int ran = 0;
     assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, cancel_own, &ran, NULL), 0);
     assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, NULL), -EAGAIN);
