@@ -659,13 +659,13 @@ static struct {
     int handed;
 } held;
 
-static bool never_ready(tw_op *op)
+static bool never_try(tw_op *op)
 {
     (void)op;
     return false;
 }
 
-static void nothing_on_complete(tw_op *op)
+static void nothing_op(tw_op *op)
 {
     (void)op;
 }
@@ -691,7 +691,7 @@ static void *destroy_main(void *arg)
 static void test_destroy_waits_for_expiration(void **state)
 {
     (void)state;
-    static const struct tw_op_ops held_ops = { never_ready, nothing_on_complete, held_expire };
+    static const struct tw_op_ops held_ops = { never_try, nothing_op, held_expire };
     struct atomic_clock c;
     mk_threaded(1000, 1, 0, &c);
     tw_op *a, *b;
@@ -775,17 +775,6 @@ static void test_ops_outlive_purgatory(void **state)
  * callback would free the lists and the timer under the loop running it:
  * it aborts with a message. */
 static tw_purgatory *doomed;
-
-static bool never_try(tw_op *op)
-{
-    (void)op;
-    return false;
-}
-
-static void nothing_op(tw_op *op)
-{
-    (void)op;
-}
 
 static void destroy_doomed(tw_op *op)
 {
