@@ -136,6 +136,14 @@ static void test_heap_index(void **state)
     assert_caught(f->t, "bad heap_index");
     *hi = 0;
     assert_check(f->t);
+    /* just past the heap's end, where a stale node naming this bucket
+     * lies (a pop leaves one): the index alone must be refused */
+    assert_true(f->e->dq.cap > f->e->dq.n);
+    struct tw__dq_node past = f->e->dq.h[f->e->dq.n];
+    f->e->dq.h[f->e->dq.n] = f->e->dq.h[0];
+    BREAK(*hi, f->e->dq.n, "bad heap_index");
+    f->e->dq.h[f->e->dq.n] = past;
+    assert_check(f->t);
 }
 
 static void test_list_prev(void **state)
@@ -193,6 +201,17 @@ static void test_outside_bucket(void **state)
     assert_int_equal(tw_schedule_keyed(f->t, "idle", 4, 100 * SEC, noop_fn, NULL, &idle), 0);
     struct tw__entry *ex = entry_of(f, idle); /* keyed, level 2 */
     BREAK(ex->deadline, ex->deadline + 1000 * SEC, "outside level-2 bucket");
+    /* its bucket's last tick holds it; the first tick past does not */
+    uint64_t exp2 = UINT64_MAX, width2 = (uint64_t)1 << (2 * f->e->bits);
+    for (uint32_t pos = 0; pos < f->e->dq.n; pos++)
+        if (f->e->dq.h[pos].bn >> f->e->sbits == 2)
+            exp2 = f->e->dq.h[pos].exp; /* `far` and `idle` share it */
+    assert_true(exp2 != UINT64_MAX && tw__ticks_ceil(f->e, ex->deadline) >= exp2);
+    uint64_t kept = ex->deadline;
+    ex->deadline = (exp2 + width2 - 1) * MS;
+    assert_check(f->t);
+    ex->deadline = kept;
+    BREAK(ex->deadline, (exp2 + width2) * MS, "outside level-2 bucket");
     assert_int_equal(tw_cancel(f->t, idle), 0);
     /* both edges of `mid`'s level-1 bucket, [exp, exp + 64) ticks */
     uint64_t exp = f->e->dq.h[mid_bucket_pos(f)].exp;
@@ -273,7 +292,7 @@ static void test_deferred_cancels(void **state)
     BREAK(r[ka], SLOT(b), "deferred twice");
     BREAK(r[ka], tw__pool_slots(&f->e->pool), "names slot");
     BREAK(r[kb], TW__NIL, "none just before position");          /* settle's test */
-    BREAK(f->e->defer_pos, TW__DEFER, "position");
+    BREAK(f->e->defer_pos, TW__DEFER, "cancels: position"); /* not settle's message */
     BREAK(GEN(a), 0u, "generation wrapped");
     BREAK(GEN(a), GEN(a) + 1u, "deferred but it is in use");
     BREAK(f->e->pool.spare, SLOT(a), "unlink is deferred"); /* also free */
@@ -358,6 +377,17 @@ static void test_ref_not_a_slot(void **state)
 {
     struct fixture *f = *state;
     BREAK(entry_of(f, f->near)->link.next, REF(f->near) + 1u, "not a slot's");
+    /* the first slot never handed out, its memory (the pool's room past
+     * the slots in use) dressed as a live task linked in near's place:
+     * the ref must still be refused */
+    struct tw__pool *pl = &f->e->pool;
+    uint32_t past = tw__pool_slots(pl);
+    assert_true(pl->cap > past);
+    struct tw__entry *near = entry_of(f, f->near), saved = *tw__pool_entry(pl, past);
+    *tw__pool_entry(pl, past) = *near;
+    BREAK(near->link.next, tw__ref(past), "not a slot's");
+    *tw__pool_entry(pl, past) = saved;
+    assert_check(f->t);
 }
 
 static void test_list_tail(void **state)
@@ -627,6 +657,11 @@ static void test_pool_bounds(void **state)
      * reservation, or a state that is none of the three (pool.c) */
     BREAK(p->reserved, (size_t)1, "a reservation of");
     assert_int_equal(p->reserved, 0);
+    size_t block = ((size_t)p->front + p->cap) * sizeof(struct tw__entry);
+    BREAK(p->reserved, block - 1, "a reservation of");
+    p->reserved = block; /* exactly the block: room enough */
+    assert_check(f->t);
+    p->reserved = 0;
     BREAK(p->huge, 1, "huge page state");
     BREAK(p->huge, 2, "huge page state");
 }
@@ -639,6 +674,13 @@ static void test_key_names_dead_task(void **state)
     /* each of the two signs on its own: a live task that is not this
      * record's, and a free slot that still points at it */
     BREAK(x->slot, SLOT(f->mid), "names a dead task");
+    /* the first slot never handed out, dressed as this record's task */
+    uint32_t past = tw__pool_slots(&f->e->pool);
+    assert_true(f->e->pool.cap > past);
+    struct tw__entry *pe = tw__pool_entry(&f->e->pool, past), saved = *pe;
+    *pe = *entry_of(f, f->keyed);
+    BREAK(x->slot, past, "names a dead task");
+    *pe = saved;
     void *arg = entry_of(f, f->freed)->arg;
     entry_of(f, f->freed)->arg = x;
     BREAK(x->slot, SLOT(f->freed), "names a dead task");
