@@ -1646,6 +1646,8 @@ static void test_stats_and_misc(void **state)
     assert_int_equal(tw_check(NULL, NULL), -EINVAL);
     assert_int_equal(tw_check(t, NULL), 0);
     assert_int_equal(tw_stop(t, NULL, NULL), -EINVAL); /* manual timer */
+    assert_int_equal(tw_wake(t), -EINVAL);             /* manual timer */
+    assert_int_equal(tw_wake(NULL), -EINVAL);
     assert_string_equal(tw_strerror(-ENOENT), "no such pending task");
     assert_string_equal(tw_strerror(-EINVAL), "invalid argument");
     assert_string_equal(tw_strerror(12345), "unknown error");

@@ -600,6 +600,7 @@ static void test_free_list_broken(void **state)
     struct tw__free_block *low = tw__pool_block(p, SLOT(f->fr[0]));
     uint32_t beyond = tw__pool_slots(p) + 5;
     BREAK(p->spare, beyond, "free list broken");
+    BREAK(p->spare, tw__pool_slots(p), "free list broken"); /* the first never handed out */
     BREAK(p->free_head, beyond, "free list broken");
     BREAK(top->slot[0], beyond, "free list broken");
     BREAK(low->next, beyond, "free list broken");
