@@ -6,7 +6,8 @@ first of its set's: set 1, the default, comparisons and off-by-ones, <= to
 <, == to !=, && to ||, a "+ 1" dropped, ...; set 2 arithmetic, shifts and
 masks, + to -, & to |, << to >>, * to /), or with set 3 removes one
 statement (an assignment, an increment or a call standing alone on its
-line, made `(void)0;`), in a git worktree of HEAD,
+line, made `(void)0;`), or with set 4 makes an error success (the first
+negative errno of a line made 0), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -38,6 +39,7 @@ SETS = {
     2: [(' + ', ' - '), (' - ', ' + '), (' & ', ' | '), (' | ', ' & '), (' << ', ' >> '),
         (' >> ', ' << '), (' * ', ' / ')],
     3: None,
+    4: 'errno',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -72,6 +74,14 @@ def mutants(top):
             code = line.split('/*')[0]
             before, prev = prev, code.strip() or prev
             if 'assert' in code or 'FAIL(' in code or '__builtin_prefetch' in code:
+                continue
+            if OPS == 'errno':
+                # set 4: an error made success, the first -E... of a line
+                # made 0 (a return, an rc set, a ternary's arm, a test)
+                m = re.search(r'-E[A-Z]+\b', code)
+                if m:
+                    out.append({'file': f, 'line': n, 'col': m.start(), 'a': m.group(0),
+                                'b': '0', 'text': st})
                 continue
             if OPS is None:
                 # a statement of its own: the line before ends one (or opens

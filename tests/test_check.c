@@ -696,6 +696,67 @@ static void test_listed_while_running(void **state)
           "listed while its callback runs");
 }
 
+/* tw_check from inside callbacks, on a timer of its own: a periodic task
+ * whose callback runs is pending but in no list, and so is one that has
+ * cancelled itself there (not pending); a one-shot task firing is in
+ * neither. Each must check clean. */
+struct in_callback {
+    int runs[3], rc[3];
+    tw_id every_id, quit_id;
+};
+
+static void check_every(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    struct in_callback *k = arg;
+    k->rc[0] |= tw_check(t, stderr);
+    k->runs[0]++;
+}
+
+static void check_quit(tw_timer *t, tw_id id, void *arg)
+{
+    struct in_callback *k = arg;
+    assert_int_equal(tw_cancel(t, id), 0);
+    k->rc[1] |= tw_check(t, stderr);
+    k->runs[1]++;
+}
+
+static void check_once(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    struct in_callback *k = arg;
+    k->rc[2] |= tw_check(t, stderr);
+    k->runs[2]++;
+}
+
+static void test_check_in_callbacks(void **state)
+{
+    (void)state;
+    struct fake_clock c = { 0 };
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    struct in_callback k = { { 0 }, { 0 }, 0, 0 };
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(tw_schedule_every(t, 5 * MS, 5 * MS, TW_FIXED_RATE, check_every, &k,
+                                       &k.every_id), 0);
+    assert_int_equal(tw_schedule_every(t, 7 * MS, 7 * MS, TW_FIXED_DELAY, check_quit, &k,
+                                       &k.quit_id), 0);
+    assert_int_equal(tw_schedule(t, 6 * MS, check_once, &k, NULL), 0);
+    assert_int_equal(tw_schedule(t, 3 * SEC, noop_fn, NULL, NULL), 0); /* a coarse level too */
+    for (uint64_t ms = 1; ms <= 20; ms++) {
+        c.now = ms * MS;
+        assert_true(tw_advance(t, c.now) >= 0);
+    }
+    assert_int_equal(k.runs[0], 4); /* 5, 10, 15, 20 ms */
+    assert_int_equal(k.runs[1], 1);
+    assert_int_equal(k.runs[2], 1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(k.rc[i], 0);
+    assert_int_equal(tw_pending(t), 2);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -737,6 +798,7 @@ int main(void)
         T(test_pool_bounds),
         T(test_key_names_dead_task),
         T(test_listed_while_running),
+        T(test_check_in_callbacks),
     };
 #undef T
     return cmocka_run_group_tests_name("check", tests, NULL, NULL);

@@ -288,6 +288,24 @@ static int same_key(const struct tw__hash_key *x, const struct tw__hash_key *y)
     return x->k0 == y->k0 && x->k1 == y->k1;
 }
 
+#ifdef TW_TEST_WRAP_GETRANDOM
+/* The library's getrandom, wrapped at link time (tests/meson.build):
+ * refused with EAGAIN (what GRND_NONBLOCK gives before the pool is ready)
+ * while refuse_getrandom is set, and counted. */
+static int refuse_getrandom, getrandom_calls;
+ssize_t __real_getrandom(void *buf, size_t len, unsigned flags);
+ssize_t __wrap_getrandom(void *buf, size_t len, unsigned flags);
+ssize_t __wrap_getrandom(void *buf, size_t len, unsigned flags)
+{
+    getrandom_calls++;
+    if (refuse_getrandom) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return __real_getrandom(buf, len, flags);
+}
+#endif
+
 /* Every timer and purgatory draws its own key: from getrandom, or from
  * the fallback, which must differ from call to call as well. */
 static void test_every_instance_draws_its_own_key(void **state)
@@ -313,6 +331,27 @@ static void test_every_instance_draws_its_own_key(void **state)
     assert_false(same_key(&f1, &f2));
     assert_false(same_key(&f1, &r));
     assert_false(f1.k0 == f1.k1);
+#ifdef TW_TEST_WRAP_GETRANDOM
+    /* getrandom refused: each instance falls back, and still draws a key
+     * of its own (the keys start as memory that held a key: filled with
+     * one pattern first, so a key left as it was would repeat) */
+    refuse_getrandom = 1;
+    int calls = getrandom_calls;
+    struct tw__hash_key g[3];
+    memset(g, 0x5a, sizeof g);
+    tw_timer *t3;
+    assert_int_equal(tw_create(&t3, &o), 0);
+    for (int i = 0; i < 3; i++)
+        tw__hash_key_init(&g[i]);
+    refuse_getrandom = 0;
+    assert_int_equal(getrandom_calls - calls, 4);
+    const struct tw__hash_key *kk[5] = { &g[0], &g[1], &g[2], &t3->hkey, &f1 };
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++)
+            assert_false(same_key(kk[i], kk[j]));
+    assert_false(g[0].k0 == g[0].k1);
+    tw_destroy(t3);
+#endif
     tw_purgatory_destroy(p1, NULL, NULL);
     tw_purgatory_destroy(p2, NULL, NULL);
     tw_destroy(t1);
