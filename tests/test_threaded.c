@@ -74,15 +74,24 @@ static void test_fake_clock_wake(void **state)
         k[i] = (struct ftask){ &c, base + (uint64_t)(i + 1) * 10 * MS, 0, 0 };
         assert_int_equal(tw_schedule_at(t, k[i].deadline, ftask_fn, &k[i], NULL), 0);
     }
+    struct tw_stats s;
+    tw_stats(t, &s);
+    uint64_t a0 = s.advances; /* tw_stats' count of the driver's advances */
     assert_int_equal(tw_wake(t), 0);
     for (int i = 0; i < 3; i++)
         assert_int_equal(atomic_load(&k[i].fired), 0);
+    tw_stats(t, &s);
+    assert_int_equal(s.advances, a0); /* a pass with nothing due */
     atomic_store(&c.now, base + 15 * MS);
     assert_int_equal(tw_wake(t), 0);
     assert_int_equal(atomic_load(&k[0].fired), 1);
     assert_int_equal(atomic_load(&k[1].fired), 0);
+    tw_stats(t, &s);
+    assert_int_equal(s.advances, a0 + 1);
     atomic_store(&c.now, base + 30 * MS);
     assert_int_equal(tw_wake(t), 0);
+    tw_stats(t, &s);
+    assert_int_equal(s.advances, a0 + 2);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(atomic_load(&k[i].fired), 1);
         assert_int_equal(atomic_load(&k[i].early), 0);
