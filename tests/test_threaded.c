@@ -8,7 +8,6 @@
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
-#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -405,39 +404,12 @@ static void reentry_fn(tw_timer *t, tw_id id, void *arg)
     atomic_store(&r->done, 1);
 }
 
-/* The threads this process has now (Linux: /proc/self/task); 0 where it
- * cannot tell. */
-static int count_threads(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return 0;
-    for (struct dirent *de; (de = readdir(d));)
-        n += de->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
-/* Waits (up to 10 s of real time) for the process to be back to n threads:
- * a joined thread may leave /proc a moment after the join returns. */
-static void assert_threads_back_to(int n)
-{
-    int now = count_threads();
-    for (int ms = 0; ms < 10000 && now != n; ms++) {
-        usleep(1000);
-        now = count_threads();
-    }
-    assert_int_equal(now, n);
-}
-
 /* tw_stop and tw_wake from a callback are refused; tw_destroy of the
  * timer, still running, then stops it: its driver and workers are gone
  * when it returns. */
 static void test_stop_from_callback(void **state)
 {
     (void)state;
-    int threads = count_threads();
     for (uint32_t workers = 0; workers <= 1; workers++) {
         struct atomic_clock c;
         tw_timer *t = mk_fake(&c, workers);
@@ -449,10 +421,8 @@ static void test_stop_from_callback(void **state)
         assert_int_equal(atomic_load(&r.done), 1);
         assert_int_equal(atomic_load(&r.stop_rc), -EDEADLK);
         assert_int_equal(atomic_load(&r.wake_rc), -EDEADLK);
-        assert_true(!threads || count_threads() == threads + 1 + (int)workers);
         tw_destroy(t); /* a running timer: destroy stops it */
-        if (threads)
-            assert_threads_back_to(threads);
+        assert_int_equal(wait_threads_named("tw-", 0), 0); /* joined, and gone */
     }
 }
 
