@@ -757,6 +757,42 @@ static void test_check_in_callbacks(void **state)
     tw_destroy(t);
 }
 
+/* On a threaded timer the report names the shard that broke: here the
+ * third of four, its pending count changed under its lock. */
+static void test_report_names_shard(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    struct tw_options o;
+    tw_options_init(&o);
+    atomic_store(&c.now, SEC);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &c;
+    o.threaded = 1;
+    o.shards = 4;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(t->nshards, 4);
+    struct tw__shard *sh = &t->shards[2];
+    tw__shard_lock(t, sh);
+    sh->eng.scheduled++;
+    tw__shard_unlock(t, sh);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *report = open_memstream(&buf, &len);
+    assert_non_null(report);
+    assert_int_equal(tw_check(t, report), -EFAULT);
+    fclose(report);
+    assert_non_null(strstr(buf, "shard 2: pending"));
+    assert_null(strstr(buf, "shard 0"));
+    free(buf);
+    tw__shard_lock(t, sh);
+    sh->eng.scheduled--;
+    tw__shard_unlock(t, sh);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -799,6 +835,7 @@ int main(void)
         T(test_key_names_dead_task),
         T(test_listed_while_running),
         T(test_check_in_callbacks),
+        T(test_report_names_shard),
     };
 #undef T
     return cmocka_run_group_tests_name("check", tests, NULL, NULL);
