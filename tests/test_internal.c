@@ -1461,6 +1461,36 @@ static void test_watch_list_cannot_wrap(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A timer's key map whose doubling would wrap its 32-bit capacity (2^31
+ * slots, half of them full) is refused as -ENOMEM, the map unchanged.
+ * Through the API a lookup would read the table at the capacity claimed,
+ * so tw__keymap_reserve is called on its own, with the count and capacity
+ * set by hand over the real, small table (which it must not touch). */
+static void test_key_map_cannot_wrap(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, SEC, noop_fn, NULL, NULL), 0);
+    struct tw__keymap *m = &t->shards[0].eng.keys;
+    const struct tw__keymap real = *m;
+    size_t bytes = t->shards[0].mem.bytes;
+    m->cap = 1u << 31;
+    m->n = 1u << 30;
+    assert_int_equal(tw__keymap_reserve(&t->shards[0].eng), -ENOMEM);
+    assert_ptr_equal(m->slots, real.slots);
+    assert_int_equal(m->cap, 1u << 31);
+    assert_int_equal(m->n, 1u << 30);
+    assert_int_equal(t->shards[0].mem.bytes, bytes); /* nothing allocated */
+    *m = real;
+    assert_int_equal(tw__keymap_reserve(&t->shards[0].eng), 0); /* room as it was */
+    assert_int_equal(tw_cancel_keyed(t, "k", 1), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* Every block a timer allocates is freed with the size it was allocated
  * with: each memory account (a shard's, the timer's own) holds 0 bytes
  * when tw_destroy or a failed tw_create lets it go (tw__mem_released,
@@ -1597,6 +1627,7 @@ int main(void)
         cmocka_unit_test(test_deferred_ring_fills),
         cmocka_unit_test(test_keymap_wrapped_run),
         cmocka_unit_test(test_watch_list_cannot_wrap),
+        cmocka_unit_test(test_key_map_cannot_wrap),
         cmocka_unit_test(test_every_byte_accounted_at_destroy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
