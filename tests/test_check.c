@@ -378,7 +378,7 @@ static void test_ref_not_a_slot(void **state)
     struct fixture *f = *state;
     BREAK(entry_of(f, f->near)->link.next, REF(f->near) + 1u, "not a slot's");
     /* the first slot never handed out, its memory (the pool's room past
-     * the slots in use) dressed as a live task linked in near's place:
+     * the slots in use) dressed as a copy of near and linked after it:
      * the ref must still be refused */
     struct tw__pool *pl = &f->e->pool;
     uint32_t past = tw__pool_slots(pl);
