@@ -17,8 +17,10 @@
  * read sees the new bucket, or the scheduler sees the new target and
  * kicks: it bumps `kicks` under the runtime mutex and signals. The driver
  * compares `kicks` with the value it saw before planning, under the same
- * mutex, before it waits. A schedule that creates no earlier bucket costs
- * one atomic load here and nothing more.
+ * mutex, before it waits (as it checks for a tw_wake or a tw_stop that
+ * came in since it planned; tests/test_driver_race.c lands each of the
+ * three there). A schedule that creates no earlier bucket costs one
+ * atomic load here and nothing more.
  *
  * Firing. For each shard, under its lock: collect what is due, then take
  * up to a batch of jobs (a one-shot task is released as it is taken, so a
