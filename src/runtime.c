@@ -18,8 +18,9 @@
  * kicks: it bumps `kicks` under the runtime mutex and signals. The driver
  * compares `kicks` with the value it saw before planning, under the same
  * mutex, before it waits (as it checks for a tw_wake or a tw_stop that
- * came in since it planned; tests/test_driver_race.c lands each of the
- * three there). A schedule that creates no earlier bucket costs one
+ * came in since it planned; tests/test_driver_race.c lands each of these
+ * in its window: a schedule before the plan is out and one after, a
+ * tw_wake, a tw_stop). A schedule that creates no earlier bucket costs one
  * atomic load here and nothing more.
  *
  * Firing. For each shard, under its lock: collect what is due, then take

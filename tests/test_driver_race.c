@@ -1,12 +1,14 @@
 /* test_driver_race.c: the threaded driver's guards against a lost wake-up,
  * each with its window forced open.
  *
- * The driver plans its sleep without its mutex, then takes the mutex and
- * checks, before it waits, whether anything came in since it planned: a
- * kick (a schedule that made an earlier bucket after the driver's second
- * look at the shards) or a tw_wake. Either is lost if it lands between the
- * plan and that check and the check is missing: the driver sleeps to the
- * bucket it planned for. No real-time test can land there on purpose.
+ * The driver plans its sleep without its mutex: it looks at the shards,
+ * publishes the wake time, and looks again. Then it takes the mutex and
+ * checks, before it waits, whether anything came in since it planned: an
+ * earlier bucket seen by the second look (made before the plan was out,
+ * so its schedule did not kick), a kick (one made after), a tw_wake or a
+ * tw_stop. Each is lost if it lands in its window and its check is
+ * missing: the driver sleeps to the bucket it planned for. No real-time
+ * test can land there on purpose.
  *
  * Here the library's calls to pthread_mutex_lock, pthread_cond_wait and
  * pthread_join are wrapped at link time (tests/meson.build; Linux, where
@@ -19,12 +21,18 @@
  * its request counted, or the stop marked and signalled). The driver has
  * planned to sleep an hour; what came in must be seen at once. Awaited in
  * real time, up to 60 s: milliseconds when the guard holds, the hour when
- * it does not. */
+ * it does not. The window between the two looks has no pthread call in it:
+ * there the test goes through the shard lock's futex (the gate, below). */
 #include "helpers.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
+
+#include "timer.h" /* the shard lock's word, for the gate below */
 
 int __real_pthread_mutex_lock(pthread_mutex_t *m);
 int __real_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
@@ -32,6 +40,8 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m);
 int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 int __real_pthread_join(pthread_t th, void **ret);
 int __wrap_pthread_join(pthread_t th, void **ret);
+long __real_syscall(long nr, ...);
+long __wrap_syscall(long nr, ...);
 
 /* Set on the test's own threads; the driver is the only other thread. */
 static _Thread_local int test_side;
@@ -101,6 +111,48 @@ int __wrap_pthread_join(pthread_t th, void **ret)
     if (test_side == 1) /* tw_stop: the stop is marked and signalled */
         atomic_store(&helper_waiting, 1);
     return __real_pthread_join(th, ret);
+}
+
+/* The gate: the one window with no pthread call in it, between the
+ * driver's first look at the shards and the publication of its plan. The
+ * driver looks under the shard lock, a futex word, and only a contended
+ * lock reaches the library's one syscall (lock.c), which is wrapped. With
+ * the gate open the word reads "held" whenever the driver does not hold
+ * it, so each of its takes sleeps on the futex: the wrapper lets it
+ * through (the word freed, the driver takes it with 2), and its release,
+ * which then wakes, is counted and the word set held again. The test
+ * thread takes the lock only once the driver has left (tw_stop joins it
+ * first), so nothing else ever needs the lock while the gate is open. */
+static _Atomic(_Atomic uint32_t *) gate;
+static _Atomic int gate_releases, gate_inject_at;
+
+long __wrap_syscall(long nr, ...)
+{
+    va_list ap;
+    va_start(ap, nr);
+    _Atomic uint32_t *addr = va_arg(ap, _Atomic uint32_t *);
+    int op = va_arg(ap, int);
+    uint32_t val = va_arg(ap, uint32_t);
+    va_end(ap);
+    if (nr != SYS_futex || addr != atomic_load(&gate))
+        return __real_syscall(nr, addr, op, val, NULL, NULL, 0);
+    if ((op & FUTEX_CMD_MASK) == FUTEX_WAIT) {
+        atomic_store(addr, 0); /* through: the caller's loop takes it */
+        return 0;
+    }
+    /* FUTEX_WAKE: a release (the word is 0); on the driver, counted */
+    if (!test_side) {
+        if (atomic_fetch_add(&gate_releases, 1) + 1 == atomic_load(&gate_inject_at)) {
+            /* after the driver's first look, before its plan is out: the
+             * lock is free, and a schedule sees no plan to kick */
+            if (tw_schedule(hook_timer, 0, task_fn, &hook_task, NULL) != 0)
+                abort();
+            atomic_fetch_add(&fired_hooks, 1);
+        }
+        uint32_t free_ = 0;
+        atomic_compare_exchange_strong(addr, &free_, 1); /* held again */
+    }
+    return 0;
 }
 
 /* Arms the hook with a helper thread's call. */
@@ -196,12 +248,60 @@ static void test_stop_after_plan(void **state)
     tw_destroy(t);
 }
 
+/* A schedule between the driver's first look at the shards and the
+ * publication of its plan: the scheduler sees no plan (the driver cleared
+ * it on waking) and does not kick, and the driver's second look, after it
+ * published, finds the earlier bucket and goes round again. One shard, so
+ * that a pass with nothing due takes its lock three times: the pass's
+ * dispatch, the first look, the second. */
+static void test_schedule_before_plan_published(void **state)
+{
+    (void)state;
+    test_side = 2;
+    struct atomic_clock c;
+    struct tw_options o;
+    tw_options_init(&o);
+    atomic_store(&c.now, 1000 * SEC);
+    atomic_store(&c.reads, 0);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &c;
+    o.threaded = 1;
+    o.shards = 1;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(t->nshards, 1);
+    hook_timer = t;
+    atomic_store(&hook_task, 0);
+    atomic_store(&fired_hooks, 0);
+    _Atomic int far = 0;
+    assert_int_equal(tw_schedule(t, 3600 * SEC, task_fn, &far, NULL), 0);
+    assert_int_equal(tw_wake(t), 0); /* planned: an hour away, asleep */
+
+    _Atomic uint32_t *w = &t->shards[0].lock.v;
+    uint32_t free_ = 0;
+    assert_true(atomic_compare_exchange_strong(w, &free_, 1)); /* held */
+    atomic_store(&gate_releases, 0);
+    atomic_store(&gate_inject_at, 2); /* the dispatch's release, then the first look's */
+    atomic_store(&gate, w);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&fired_hooks), 1);
+    spin_until(&hook_task); /* due now: no tw_wake, no clock moved */
+    assert_int_equal(atomic_load(&hook_task), 1);
+    assert_int_equal(atomic_load(&far), 0);
+    assert_int_equal(tw_stop(t, NULL, NULL), 1); /* the driver gone first */
+    atomic_store(&gate, NULL);
+    assert_int_equal(atomic_load(w), 0);
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kick_after_plan),
         cmocka_unit_test(test_wake_after_plan),
         cmocka_unit_test(test_stop_after_plan),
+        cmocka_unit_test(test_schedule_before_plan_published),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
