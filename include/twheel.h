@@ -493,7 +493,8 @@ TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
  * callbacks have run; with workers they are queued to them). For an
  * injectable clock that jumps (tests) and for a clock the driver cannot
  * sleep on. Returns 0, -EINVAL (t NULL or manual), -EDEADLK from a callback
- * of this timer, -ESHUTDOWN once stopped. */
+ * of this timer, -ESHUTDOWN once stopped, and also when tw_stop overtakes
+ * the call (what was due is then handed back by tw_stop, not dispatched). */
 TW_API int tw_wake(tw_timer *t);
 
 #ifdef __cplusplus

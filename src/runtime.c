@@ -355,8 +355,13 @@ static void *driver_main(void *p)
         uint64_t again = next_due(t);
 
         pthread_mutex_lock(&rt->mu);
-        rt->wake_done = req;
-        pthread_cond_broadcast(&rt->done_cv);
+        /* This pass answers the tw_wake calls made before it began, unless
+         * tw_stop halted it: it may then have left due tasks untaken (the
+         * stop hands them back), and those calls return -ESHUTDOWN. */
+        if (!atomic_load(&rt->halt)) {
+            rt->wake_done = req;
+            pthread_cond_broadcast(&rt->done_cv);
+        }
         if (rt->stopping || again < next || rt->kicks != seen_kicks || rt->wake_req != req)
             continue;
         uint64_t clock_now = tw__clock_now(t);
@@ -379,7 +384,7 @@ static void *driver_main(void *p)
         pthread_cond_timedwait(&rt->cv, &rt->mu, &ts);
         atomic_store(&rt->target, 0); /* awake: the next pass replans */
     }
-    rt->wake_done = rt->wake_req;
+    /* a tw_wake still waiting was answered by no pass: it sees stopping */
     pthread_cond_broadcast(&rt->done_cv);
     pthread_mutex_unlock(&rt->mu);
     return NULL;

@@ -52,10 +52,15 @@ static _Atomic int fired_hooks;
 static tw_timer *hook_timer;
 static _Atomic int hook_task;
 
-/* the helper thread (HOOK_WAKE, HOOK_STOP): blocked in tw_wake or
- * tw_stop (the request counted, or the stop marked), and returned */
-static _Atomic int helper_waiting, helper_done, helper_rc;
-static int helper_stops;
+/* A helper thread calling tw_wake or tw_stop: blocked in it (the request
+ * counted, or the stop marked and signalled), and returned. */
+struct helper {
+    pthread_t th;
+    int stops;
+    _Atomic int waiting, done, rc;
+};
+static _Thread_local struct helper *self; /* on a helper's thread */
+static struct helper helper;
 
 static void task_fn(tw_timer *t, tw_id id, void *arg)
 {
@@ -66,15 +71,26 @@ static void task_fn(tw_timer *t, tw_id id, void *arg)
 
 static void *helper_main(void *arg)
 {
-    (void)arg;
+    self = arg;
     test_side = 1;
-    atomic_store(&helper_rc, helper_stops ? tw_stop(hook_timer, NULL, NULL)
-                                          : tw_wake(hook_timer));
-    atomic_store(&helper_done, 1);
+    atomic_store(&self->rc, self->stops ? tw_stop(hook_timer, NULL, NULL)
+                                        : tw_wake(hook_timer));
+    atomic_store(&self->done, 1);
     return NULL;
 }
 
-static pthread_t helper;
+/* Starts h's call, and returns once it is blocked in it. */
+static void helper_start(struct helper *h, int stops)
+{
+    h->stops = stops;
+    atomic_store(&h->waiting, 0);
+    atomic_store(&h->done, 0);
+    atomic_store(&h->rc, -1);
+    if (pthread_create(&h->th, NULL, helper_main, h) != 0)
+        abort();
+    while (!atomic_load(&h->waiting))
+        sched_yield();
+}
 
 int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
 {
@@ -88,11 +104,7 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
         } else {
             /* a tw_wake in flight, or a tw_stop: let it count its request
              * (or mark the stop and signal) and wait for the driver */
-            helper_stops = h == HOOK_STOP;
-            if (pthread_create(&helper, NULL, helper_main, NULL) != 0)
-                abort();
-            while (!atomic_load(&helper_waiting))
-                sched_yield();
+            helper_start(&helper, h == HOOK_STOP);
         }
         atomic_fetch_add(&fired_hooks, 1);
     }
@@ -101,15 +113,15 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
 
 int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
-    if (test_side == 1) /* tw_wake: its request is counted */
-        atomic_store(&helper_waiting, 1);
+    if (self) /* tw_wake: its request is counted */
+        atomic_store(&self->waiting, 1);
     return __real_pthread_cond_wait(c, m);
 }
 
 int __wrap_pthread_join(pthread_t th, void **ret)
 {
-    if (test_side == 1) /* tw_stop: the stop is marked and signalled */
-        atomic_store(&helper_waiting, 1);
+    if (self) /* tw_stop: the stop is marked and signalled */
+        atomic_store(&self->waiting, 1);
     return __real_pthread_join(th, ret);
 }
 
@@ -155,14 +167,6 @@ long __wrap_syscall(long nr, ...)
     return 0;
 }
 
-/* Arms the hook with a helper thread's call. */
-static void arm_helper(int h)
-{
-    atomic_store(&helper_waiting, 0);
-    atomic_store(&helper_done, 0);
-    atomic_store(&helper_rc, -1);
-    atomic_store(&armed, h);
-}
 
 static void spin_until(_Atomic int *flag)
 {
@@ -212,17 +216,17 @@ static void test_wake_after_plan(void **state)
     struct atomic_clock c;
     _Atomic int far = 0;
     tw_timer *t = mk_planned(&c, &far);
-    arm_helper(HOOK_WAKE);
+    atomic_store(&armed, HOOK_WAKE);
     assert_int_equal(tw_wake(t), 0);
     assert_int_equal(atomic_load(&fired_hooks), 1);
-    spin_until(&helper_done);
-    assert_int_equal(atomic_load(&helper_done), 1);
-    assert_int_equal(atomic_load(&helper_rc), 0);
+    spin_until(&helper.done);
+    assert_int_equal(atomic_load(&helper.done), 1);
+    assert_int_equal(atomic_load(&helper.rc), 0);
     assert_int_equal(atomic_load(&far), 0);
     /* stopped before the helper is joined: one still blocked (the guard
      * gone) is let go by the stop, not left on a freed timer */
     assert_int_equal(tw_stop(t, NULL, NULL), 1); /* the far task, dropped */
-    __real_pthread_join(helper, NULL);
+    __real_pthread_join(helper.th, NULL);
     tw_destroy(t);
 }
 
@@ -236,14 +240,15 @@ static void test_stop_after_plan(void **state)
     struct atomic_clock c;
     _Atomic int far = 0;
     tw_timer *t = mk_planned(&c, &far);
-    arm_helper(HOOK_STOP);
-    assert_int_equal(tw_wake(t), 0);
+    atomic_store(&armed, HOOK_STOP);
+    /* the tw_wake whose pass the stop overtook: -ESHUTDOWN, not 0 */
+    assert_int_equal(tw_wake(t), -ESHUTDOWN);
     assert_int_equal(atomic_load(&fired_hooks), 1);
-    spin_until(&helper_done);
-    assert_int_equal(atomic_load(&helper_done), 1);
-    assert_int_equal(atomic_load(&helper_rc), 1); /* the far task, dropped */
+    spin_until(&helper.done);
+    assert_int_equal(atomic_load(&helper.done), 1);
+    assert_int_equal(atomic_load(&helper.rc), 1); /* the far task, dropped */
     assert_int_equal(atomic_load(&far), 0);
-    __real_pthread_join(helper, NULL);
+    __real_pthread_join(helper.th, NULL);
     assert_int_equal(tw_pending(t), 0);
     tw_destroy(t);
 }
@@ -295,6 +300,53 @@ static void test_schedule_before_plan_published(void **state)
     tw_destroy(t);
 }
 
+/* A callback on the driver that holds it until let go. */
+struct holder {
+    _Atomic int running, release;
+};
+
+static void hold_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct holder *h = arg;
+    atomic_store(&h->running, 1);
+    while (!atomic_load(&h->release))
+        sched_yield();
+}
+
+/* A tw_wake that tw_stop overtakes: made while the driver runs a long
+ * callback, so no pass begins after it, and the stop comes before the
+ * driver is free. The driver, halted, takes nothing more: the task due
+ * behind the callback is handed back by the stop, never dispatched, and
+ * the tw_wake says so with -ESHUTDOWN. */
+static void test_wake_overtaken_by_stop(void **state)
+{
+    (void)state;
+    test_side = 2;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    hook_timer = t;
+    struct holder h = { 0, 0 };
+    _Atomic int behind = 0;
+    assert_int_equal(tw_schedule(t, 0, hold_fn, &h, NULL), 0); /* kicks */
+    spin_until(&h.running);
+    assert_int_equal(atomic_load(&h.running), 1);
+    assert_int_equal(tw_schedule(t, 0, task_fn, &behind, NULL), 0);
+    struct helper waker, stopper;
+    helper_start(&waker, 0);   /* its request counted; no pass answers it */
+    helper_start(&stopper, 1); /* halted, stopping, joining the driver */
+    assert_int_equal(atomic_load(&waker.done), 0);
+    atomic_store(&h.release, 1);
+    __real_pthread_join(stopper.th, NULL);
+    __real_pthread_join(waker.th, NULL);
+    assert_int_equal(atomic_load(&stopper.rc), 1); /* the task behind */
+    assert_int_equal(atomic_load(&waker.rc), -ESHUTDOWN);
+    assert_int_equal(atomic_load(&behind), 0);
+    assert_int_equal(tw_wake(t), -ESHUTDOWN); /* and after the stop */
+    tw_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -302,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_wake_after_plan),
         cmocka_unit_test(test_stop_after_plan),
         cmocka_unit_test(test_schedule_before_plan_published),
+        cmocka_unit_test(test_wake_overtaken_by_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
