@@ -485,7 +485,10 @@ TW_API unsigned tw_version(void);
  * -ESHUTDOWN; tw_destroy still frees. Returns the number of tasks handed
  * back (INT_MAX if more), -EDEADLK from a callback of this timer, -EINVAL
  * (t NULL or a manual timer: use tw_drain), -EALREADY if already
- * stopped. */
+ * stopped: a call made while another thread's stop is under way waits
+ * for that stop to finish first (its callbacks done, its tasks handed
+ * back); one made from that stop's own unfired callbacks returns at
+ * once. */
 TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
 
 /* Threaded: wakes the driver now and returns once it has dispatched

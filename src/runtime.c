@@ -18,7 +18,7 @@
  * kicks: it bumps `kicks` under the runtime mutex and signals. The driver
  * compares `kicks` with the value it saw before planning, under the same
  * mutex, before it waits (as it checks for a tw_wake or a tw_stop that
- * came in since it planned; tests/test_driver_race.c lands each of these
+ * came in since it planned; tests/test_runtime_race.c lands each of these
  * in its window: a schedule before the plan is out and one after, a
  * tw_wake, a tw_stop). A schedule that creates no earlier bucket costs one
  * atomic load here and nothing more.
@@ -78,7 +78,9 @@
 struct tw__runtime {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* the driver sleeps here */
-    pthread_cond_t done_cv; /* tw_wake callers wait here */
+    pthread_cond_t done_cv; /* tw_wake callers wait here, and a second
+                               tw_stop for the first */
+    int stop_done;          /* under mu: a stop has finished */
     pthread_t driver;
     int driver_started;
     int stopping;           /* under mu */
@@ -502,8 +504,20 @@ int tw__runtime_start(tw_timer *t, const struct tw_options *o)
 static int stop_runtime(tw_timer *t, tw_fn unfired, void *arg, int drain)
 {
     struct tw__runtime *rt = t->rt;
-    if (atomic_exchange(&t->stopped, 1))
+    if (atomic_exchange(&t->stopped, 1)) {
+        /* Another stop is under way, or done. "Already stopped" is said
+         * once it is done: till then its callbacks may still run, and its
+         * hand-back is not over. Not from inside a drain of t (that
+         * stop's own unfired callbacks, say), which would wait for
+         * itself. */
+        if (tw__in_callback(t))
+            return -EALREADY;
+        pthread_mutex_lock(&rt->mu);
+        while (!rt->stop_done)
+            pthread_cond_wait(&rt->done_cv, &rt->mu);
+        pthread_mutex_unlock(&rt->mu);
         return -EALREADY;
+    }
     rt->unfired = unfired; /* read by the driver once it sees halt */
     rt->unfired_arg = arg;
     struct tw__drain_ctx c;
@@ -542,6 +556,10 @@ static int stop_runtime(tw_timer *t, tw_fn unfired, void *arg, int drain)
         n += tw__drain_shard(t, s, unfired);
     uint64_t total = atomic_load(&rt->handed) + n;
     tw__drain_leave(&c);
+    pthread_mutex_lock(&rt->mu);
+    rt->stop_done = 1;
+    pthread_cond_broadcast(&rt->done_cv);
+    pthread_mutex_unlock(&rt->mu);
     return total > INT_MAX ? INT_MAX : (int)total;
 }
 

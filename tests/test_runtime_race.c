@@ -1,5 +1,6 @@
-/* test_driver_race.c: the threaded driver's guards against a lost wake-up,
- * each with its window forced open.
+/* test_runtime_race.c: races of the threaded runtime, each forced to
+ * happen one way: the driver's guards against a lost wake-up, a tw_wake
+ * that a tw_stop overtakes, and two tw_stop calls at once.
  *
  * The driver plans its sleep without its mutex: it looks at the shards,
  * publishes the wake time, and looks again. Then it takes the mutex and
@@ -57,6 +58,8 @@ static _Atomic int hook_task;
 struct helper {
     pthread_t th;
     int stops;
+    tw_fn unfired; /* tw_stop's */
+    void *arg;
     _Atomic int waiting, done, rc;
 };
 static _Thread_local struct helper *self; /* on a helper's thread */
@@ -73,13 +76,14 @@ static void *helper_main(void *arg)
 {
     self = arg;
     test_side = 1;
-    atomic_store(&self->rc, self->stops ? tw_stop(hook_timer, NULL, NULL)
+    atomic_store(&self->rc, self->stops ? tw_stop(hook_timer, self->unfired, self->arg)
                                         : tw_wake(hook_timer));
     atomic_store(&self->done, 1);
     return NULL;
 }
 
-/* Starts h's call, and returns once it is blocked in it. */
+/* Starts h's call, and returns once it is blocked in it (or has
+ * returned). h->unfired and h->arg are tw_stop's. */
 static void helper_start(struct helper *h, int stops)
 {
     h->stops = stops;
@@ -88,7 +92,7 @@ static void helper_start(struct helper *h, int stops)
     atomic_store(&h->rc, -1);
     if (pthread_create(&h->th, NULL, helper_main, h) != 0)
         abort();
-    while (!atomic_load(&h->waiting))
+    while (!atomic_load(&h->waiting) && !atomic_load(&h->done))
         sched_yield();
 }
 
@@ -104,6 +108,8 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
         } else {
             /* a tw_wake in flight, or a tw_stop: let it count its request
              * (or mark the stop and signal) and wait for the driver */
+            helper.unfired = NULL;
+            helper.arg = NULL;
             helper_start(&helper, h == HOOK_STOP);
         }
         atomic_fetch_add(&fired_hooks, 1);
@@ -333,7 +339,7 @@ static void test_wake_overtaken_by_stop(void **state)
     spin_until(&h.running);
     assert_int_equal(atomic_load(&h.running), 1);
     assert_int_equal(tw_schedule(t, 0, task_fn, &behind, NULL), 0);
-    struct helper waker, stopper;
+    struct helper waker = { 0 }, stopper = { 0 };
     helper_start(&waker, 0);   /* its request counted; no pass answers it */
     helper_start(&stopper, 1); /* halted, stopping, joining the driver */
     assert_int_equal(atomic_load(&waker.done), 0);
@@ -347,6 +353,54 @@ static void test_wake_overtaken_by_stop(void **state)
     tw_destroy(t);
 }
 
+/* An unfired callback of tw_stop that holds the stopping thread until let
+ * go, and tries a second tw_stop from inside the stop. */
+struct unfired_hold {
+    struct holder h;
+    tw_timer *t;
+    _Atomic int inner_rc;
+};
+
+static void unfired_hold_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg; /* the task's: the stop's own is tw_drain_arg's */
+    struct unfired_hold *u = tw_drain_arg(t);
+    atomic_store(&u->inner_rc, tw_stop(t, NULL, NULL)); /* at once */
+    hold_fn(t, id, &u->h);
+}
+
+/* Two tw_stop calls at once: the second waits until the first is done
+ * (its unfired callbacks returned), then says -EALREADY; until then the
+ * timer is not yet stopped. From inside the first stop's own callback a
+ * tw_stop returns -EALREADY at once instead of waiting for itself. */
+static void test_second_stop_waits(void **state)
+{
+    (void)state;
+    test_side = 2;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    hook_timer = t;
+    struct unfired_hold u = { { 0, 0 }, t, 1 };
+    assert_int_equal(tw_schedule(t, 3600 * SEC, task_fn, &hook_task, NULL), 0);
+    struct helper first = { 0 }, second = { 0 };
+    first.unfired = unfired_hold_fn;
+    first.arg = &u;
+    helper_start(&first, 1); /* joining the driver, then handing back */
+    spin_until(&u.h.running);
+    assert_int_equal(atomic_load(&u.h.running), 1);
+    assert_int_equal(atomic_load(&u.inner_rc), -EALREADY);
+    helper_start(&second, 1);
+    assert_int_equal(atomic_load(&second.done), 0); /* it waits */
+    assert_int_equal(atomic_load(&first.done), 0);
+    atomic_store(&u.h.release, 1);
+    __real_pthread_join(first.th, NULL);
+    __real_pthread_join(second.th, NULL);
+    assert_int_equal(atomic_load(&first.rc), 1);
+    assert_int_equal(atomic_load(&second.rc), -EALREADY);
+    assert_int_equal(tw_stop(t, NULL, NULL), -EALREADY); /* done: at once */
+    tw_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_stop_after_plan),
         cmocka_unit_test(test_schedule_before_plan_published),
         cmocka_unit_test(test_wake_overtaken_by_stop),
+        cmocka_unit_test(test_second_stop_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
