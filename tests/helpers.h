@@ -50,10 +50,11 @@ static inline uint64_t atomic_clock_read(void *ctx)
     return atomic_load(&c->now);
 }
 
-/* A threaded timer (callbacks on `workers` threads, 0: on the driver) on
- * an atomic clock set to `start`; tw_wake makes it look. */
-static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,
-                                   uint64_t start)
+/* A threaded timer (callbacks on `workers` threads, 0: on the driver; in
+ * `shards` shards, 0: the default) on an atomic clock set to `start`;
+ * tw_wake makes it look. */
+static inline tw_timer *mk_fake_sharded(struct atomic_clock *c, uint32_t workers,
+                                        uint64_t start, uint32_t shards)
 {
     struct tw_options o;
     tw_options_init(&o);
@@ -63,9 +64,17 @@ static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,
     o.clock_ctx = c;
     o.threaded = 1;
     o.workers = workers;
+    if (shards)
+        o.shards = shards;
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);
     return t;
+}
+
+static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,
+                                   uint64_t start)
+{
+    return mk_fake_sharded(c, workers, start, 0);
 }
 
 /* The same on a clock set to 1000 s. */

@@ -762,15 +762,7 @@ static void test_report_names_shard(void **state)
 {
     (void)state;
     struct atomic_clock c;
-    struct tw_options o;
-    tw_options_init(&o);
-    atomic_store(&c.now, SEC);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = &c;
-    o.threaded = 1;
-    o.shards = 4;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = mk_fake_sharded(&c, 0, SEC, 4);
     assert_int_equal(t->nshards, 4);
     struct tw__shard *sh = &t->shards[2];
     tw__shard_lock(t, sh);

@@ -180,10 +180,11 @@ static void spin_until(_Atomic int *flag)
         usleep(1000);
 }
 
-/* A threaded timer, its driver asleep until a task an hour away. */
-static tw_timer *mk_planned(struct atomic_clock *c, _Atomic int *far)
+/* A threaded timer (`shards` shards, 0: the default), its driver asleep
+ * until a task an hour away. */
+static tw_timer *mk_planned(struct atomic_clock *c, _Atomic int *far, uint32_t shards)
 {
-    tw_timer *t = mk_fake(c, 0);
+    tw_timer *t = mk_fake_sharded(c, 0, 1000 * SEC, shards);
     hook_timer = t;
     atomic_store(&hook_task, 0);
     atomic_store(&fired_hooks, 0);
@@ -200,7 +201,7 @@ static void test_kick_after_plan(void **state)
     test_side = 2;
     struct atomic_clock c;
     _Atomic int far = 0;
-    tw_timer *t = mk_planned(&c, &far);
+    tw_timer *t = mk_planned(&c, &far, 0);
     atomic_store(&armed, HOOK_SCHEDULE);
     assert_int_equal(tw_wake(t), 0); /* one more pass; the hook ends its plan */
     assert_int_equal(atomic_load(&fired_hooks), 1);
@@ -221,7 +222,7 @@ static void test_wake_after_plan(void **state)
     test_side = 2;
     struct atomic_clock c;
     _Atomic int far = 0;
-    tw_timer *t = mk_planned(&c, &far);
+    tw_timer *t = mk_planned(&c, &far, 0);
     atomic_store(&armed, HOOK_WAKE);
     assert_int_equal(tw_wake(t), 0);
     assert_int_equal(atomic_load(&fired_hooks), 1);
@@ -245,7 +246,7 @@ static void test_stop_after_plan(void **state)
     test_side = 2;
     struct atomic_clock c;
     _Atomic int far = 0;
-    tw_timer *t = mk_planned(&c, &far);
+    tw_timer *t = mk_planned(&c, &far, 0);
     atomic_store(&armed, HOOK_STOP);
     /* the tw_wake whose pass the stop overtook: -ESHUTDOWN, not 0 */
     assert_int_equal(tw_wake(t), -ESHUTDOWN);
@@ -270,23 +271,9 @@ static void test_schedule_before_plan_published(void **state)
     (void)state;
     test_side = 2;
     struct atomic_clock c;
-    struct tw_options o;
-    tw_options_init(&o);
-    atomic_store(&c.now, 1000 * SEC);
-    atomic_store(&c.reads, 0);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = &c;
-    o.threaded = 1;
-    o.shards = 1;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    assert_int_equal(t->nshards, 1);
-    hook_timer = t;
-    atomic_store(&hook_task, 0);
-    atomic_store(&fired_hooks, 0);
     _Atomic int far = 0;
-    assert_int_equal(tw_schedule(t, 3600 * SEC, task_fn, &far, NULL), 0);
-    assert_int_equal(tw_wake(t), 0); /* planned: an hour away, asleep */
+    tw_timer *t = mk_planned(&c, &far, 1);
+    assert_int_equal(t->nshards, 1);
 
     _Atomic uint32_t *w = &t->shards[0].lock.v;
     uint32_t free_ = 0;
