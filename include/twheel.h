@@ -487,8 +487,8 @@ TW_API unsigned tw_version(void);
  * (t NULL or a manual timer: use tw_drain), -EALREADY if already
  * stopped: a call made while another thread's stop is under way waits
  * for that stop to finish first (its callbacks done, its tasks handed
- * back); one made from that stop's own unfired callbacks returns at
- * once. */
+ * back); one made from a drain callback of this timer (that stop's own
+ * unfired callbacks, say, which it would wait for) returns at once. */
 TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
 
 /* Threaded: wakes the driver now and returns once it has dispatched
