@@ -493,7 +493,9 @@ TW_API int tw_stop(tw_timer *t, tw_fn unfired, void *arg);
 
 /* Threaded: wakes the driver now and returns once it has dispatched
  * everything due at the clock's current time (with workers = 0 their
- * callbacks have run; with workers they are queued to them). For an
+ * callbacks have run; with workers they are queued to them), but for a
+ * shard a tw_drain holds meanwhile: the drain hands its tasks back, or
+ * they fire when it ends (tw_drain). For an
  * injectable clock that jumps (tests) and for a clock the driver cannot
  * sleep on. Returns 0, -EINVAL (t NULL or manual), -EDEADLK from a callback
  * of this timer, -ESHUTDOWN once stopped, and also when tw_stop overtakes
