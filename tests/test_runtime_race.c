@@ -173,7 +173,7 @@ long __wrap_syscall(long nr, ...)
     return 0;
 }
 
-
+/* Waits (up to 60 s of real time) until *flag is set. */
 static void spin_until(_Atomic int *flag)
 {
     for (int ms = 0; ms < 60000 && !atomic_load(flag); ms++)
