@@ -344,7 +344,6 @@ static void test_wake_overtaken_by_stop(void **state)
  * go, and tries a second tw_stop from inside the stop. */
 struct unfired_hold {
     struct holder h;
-    tw_timer *t;
     _Atomic int inner_rc;
 };
 
@@ -367,7 +366,7 @@ static void test_second_stop_waits(void **state)
     struct atomic_clock c;
     tw_timer *t = mk_fake(&c, 0);
     hook_timer = t;
-    struct unfired_hold u = { { 0, 0 }, t, 1 };
+    struct unfired_hold u = { { 0, 0 }, 1 };
     assert_int_equal(tw_schedule(t, 3600 * SEC, task_fn, &hook_task, NULL), 0);
     struct helper first = { 0 }, second = { 0 };
     first.unfired = unfired_hold_fn;
