@@ -18,7 +18,7 @@ change nothing a caller could see.
 With one seed the candidates are shuffled the same way each run (while src/
 is unchanged), so START continues a run: `69 28 69` tries the next 69.
 
-The README ("Testing") has what its runs found.
+tests/README.md ("Whether the tests can fail") has what its runs found.
 """
 import json, os, random, re, subprocess, sys, tempfile, time
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Keeps the README true to the code:
-#  1. every tw_ / TW_ name it mentions is declared in include/, and it
-#     names every function twheel.h exports;
+#  1. every tw_ / TW_ name it (and tests/README.md) mentions is declared
+#     in include/, and it names every function twheel.h exports;
 #  2. its options table lists exactly the members of struct tw_options, and
 #     its build options table exactly the options of meson_options.txt;
 #  3. every ```c block compiles against the headers with -Wall -Wextra
@@ -12,22 +12,29 @@
 # a preprocessor line, a static definition or a comment; they are compiled
 # as the body of a function. The names the examples leave to the reader
 # (request_fail, monotonic_ns, req, conn_idle_id, ...) are stubbed below.
-# usage: readme_test.sh CC README INCLUDE_DIR [MESON_OPTIONS_TXT]
+# usage: readme_test.sh CC README INCLUDE_DIR [MESON_OPTIONS_TXT [DOC...]]
+# Each further DOC (tests/README.md) gets the first check's first half:
+# every tw_ / TW_ name it mentions must be declared in include/.
 set -eu
-cc="$1"; readme="$2"; incdir="$3"
+cc="$1"; readme="$2"; incdir="$3"; mopts="${4:-}"
+shift 3; [ $# -gt 0 ] && shift
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
 # 1. the names, both ways (the prefixes alone, and the environment
 # variables of the tests and the mutation check, are not declared names)
-grep -o '\b[tT][wW]_[A-Za-z0-9_]*' "$readme" | sort -u |
-  grep -v -x -e 'tw_' -e 'tw__' -e 'TW_' -e 'TW_TEST_SLOW' -e 'TW_MUTANT_TIMEOUT' -e 'TW_MUTANT_FILES' > "$tmp/names" || true
-for n in $(cat "$tmp/names"); do
-  if ! grep -q -w -- "$n" "$incdir"/*.h; then
-    echo "README names $n, which no header declares"
-    fail=1
-  fi
+for doc in "$readme" "$@"; do
+  grep -o '\b[tT][wW]_[A-Za-z0-9_]*' "$doc" | sort -u |
+    grep -v -x -e 'tw_' -e 'tw__' -e 'TW_' -e 'TW_TEST_SLOW' -e 'TW_MUTANT_TIMEOUT' \
+      -e 'TW_MUTANT_FILES' > "$tmp/names.doc" || true
+  for n in $(cat "$tmp/names.doc"); do
+    if ! grep -q -w -- "$n" "$incdir"/*.h; then
+      echo "${doc#"$(dirname "$readme")/"} names $n, which no header declares"
+      fail=1
+    fi
+  done
+  if [ "$doc" = "$readme" ]; then cp "$tmp/names.doc" "$tmp/names"; fi
 done
 echo "names: $(wc -l < "$tmp/names") tw_/TW_ names in the README, checked against the headers"
 
@@ -69,8 +76,8 @@ table_names '### Options (`struct tw_options`)' > "$tmp/fields.md"
 same_names "struct tw_options" "$tmp/fields" "$tmp/fields.md"
 
 # meson_options.txt and the README's build options table
-if [ -n "${4:-}" ]; then
-  sed -n "s/^option('\([a-z_0-9]*\)'.*/\1/p" "$4" | sort -u > "$tmp/mopts"
+if [ -n "$mopts" ]; then
+  sed -n "s/^option('\([a-z_0-9]*\)'.*/\1/p" "$mopts" | sort -u > "$tmp/mopts"
   table_names 'Build options' > "$tmp/mopts.md"
   same_names "meson options" "$tmp/mopts" "$tmp/mopts.md"
 fi
