@@ -17,7 +17,8 @@
 # every tw_ / TW_ name it mentions must be declared in include/.
 set -eu
 cc="$1"; readme="$2"; incdir="$3"; mopts="${4:-}"
-shift 3; [ $# -gt 0 ] && shift
+shift 3
+if [ $# -gt 0 ]; then shift; fi # what is left: the further DOCs
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
