@@ -7,7 +7,10 @@ first of its set's: set 1, the default, comparisons and off-by-ones, <= to
 masks, + to -, & to |, << to >>, * to /), or with set 3 removes one
 statement (an assignment, an increment or a call standing alone on its
 line, made `(void)0;`), or with set 4 makes an error success (the first
-negative errno of a line made 0), in a git worktree of HEAD,
+negative errno of a line made 0), or with set 5 turns a condition round
+(the first `!` of a line that is not `!=` dropped), or with set 6 swaps
+the first `&&` or `||` of a line (set 1 reaches those only on lines with
+no comparison), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -40,6 +43,8 @@ SETS = {
         (' >> ', ' << '), (' * ', ' / ')],
     3: None,
     4: 'errno',
+    5: 'negation',
+    6: 'logic',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -82,6 +87,24 @@ def mutants(top):
                 if m:
                     out.append({'file': f, 'line': n, 'col': m.start(), 'a': m.group(0),
                                 'b': '0', 'text': st})
+                continue
+            if OPS == 'negation':
+                # set 5: a condition turned round, the first logical not
+                # of a line (not a !=) dropped: `!x` as `x`, `!(a && b)`
+                # as `(a && b)`
+                m = re.search(r'!(?!=)', code)
+                if m:
+                    out.append({'file': f, 'line': n, 'col': m.start(), 'a': '!',
+                                'b': '', 'text': st})
+                continue
+            if OPS == 'logic':
+                # set 6: the first && or || of a line, wherever it stands,
+                # swapped (set 1 takes a comparison first where a line has one)
+                m = re.search(r' (&&|\|\|) ', code)
+                if m:
+                    a = m.group(0)
+                    out.append({'file': f, 'line': n, 'col': m.start(), 'a': a,
+                                'b': ' || ' if a == ' && ' else ' && ', 'text': st})
                 continue
             if OPS is None:
                 # a statement of its own: the line before ends one (or opens
