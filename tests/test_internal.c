@@ -837,6 +837,42 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     sem_destroy(&h.go);
 }
 
+/* Threaded, emptied by cancels: the driver's next pass takes nothing and
+ * rewinds (dispatch_shard, once no batch is left), as a manual advance
+ * does. The tasks are an hour out, so that once a tw_wake has answered
+ * their schedules the driver sleeps until the test wakes it again. */
+static void test_rewind_threaded_after_cancels(void **state)
+{
+    (void)state;
+    enum { N = 40 }; /* more than the deferred ring holds: some unlinked */
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    tw_id ids[N];
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, 3600 * SEC + (uint64_t)k * MS, noop_fn, NULL, &ids[k]),
+                         0);
+    uint32_t si = tw__id_shard(t, ids[0]);
+    for (int k = 1; k < N; k++) /* the same thread, the same shard */
+        assert_int_equal(tw__id_shard(t, ids[k]), si);
+    assert_int_equal(tw_wake(t), 0); /* the schedules' kicks answered */
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    assert_int_equal(tw_pending(t), 0);
+    assert_true(shard_free_head(t, si) != TW__REWOUND); /* no pass since */
+    assert_check(t);
+    assert_int_equal(tw_wake(t), 0); /* a pass: nothing due, nothing pending */
+    assert_int_equal(shard_free_head(t, si), TW__REWOUND);
+    assert_check(t);
+    for (uint32_t j = 0; j < 4; j++) { /* slots 0, 1, 2, ... again */
+        tw_id id;
+        assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &id), 0);
+        assert_int_equal(tw__id_shard(t, id), si);
+        assert_int_equal(tw__id_slot(t, id), j);
+    }
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* Populating the pool ahead of use (pool.h). */
 
 /* Whether every page of [from, to) is resident (mincore). */
@@ -1616,6 +1652,7 @@ int main(void)
         cmocka_unit_test(test_rewind_after_periodic),
         cmocka_unit_test(test_rewind_after_cancels_in_callback),
         cmocka_unit_test(test_rewind_threaded_waits_for_periodic),
+        cmocka_unit_test(test_rewind_threaded_after_cancels),
         cmocka_unit_test(test_populate_chunks),
         cmocka_unit_test(test_pool_populates_ahead),
         cmocka_unit_test(test_reserved_block_growth),
