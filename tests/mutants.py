@@ -10,7 +10,9 @@ line, made `(void)0;`), or with set 4 makes an error success (the first
 negative errno of a line made 0), or with set 5 turns a condition round
 (the first `!` of a line that is not `!=` dropped), or with set 6 swaps
 the first `&&` or `||` of a line (set 1 reaches those only on lines with
-no comparison), in a git worktree of HEAD,
+no comparison), or with set 7 flips a constant return (`return 0;` and
+`return 1;`, `true` and `false`, each made the other), in a git worktree
+of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -45,6 +47,7 @@ SETS = {
     4: 'errno',
     5: 'negation',
     6: 'logic',
+    7: 'return',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -105,6 +108,15 @@ def mutants(top):
                     a = m.group(0)
                     out.append({'file': f, 'line': n, 'col': m.start(), 'a': a,
                                 'b': ' || ' if a == ' && ' else ' && ', 'text': st})
+                continue
+            if OPS == 'return':
+                # set 7: a constant return flipped, 0 and 1, true and false
+                m = re.search(r'\breturn (0|1|true|false)\s*;', code)
+                if m:
+                    a = m.group(1)
+                    b = {'0': '1', '1': '0', 'true': 'false', 'false': 'true'}[a]
+                    out.append({'file': f, 'line': n, 'col': m.start(1), 'a': a, 'b': b,
+                                'text': st})
                 continue
             if OPS is None:
                 # a statement of its own: the line before ends one (or opens
