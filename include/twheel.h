@@ -199,7 +199,7 @@ struct tw_stats {
      * Only tasks whose callbacks run are measured (not one the driver took
      * and tw_stop handed back). Threaded, a task may count in `fired` a
      * little before it counts here: its lateness is recorded once it is
-     * sure to run. */
+     * sure to run. All three are 0 until a measured task has fired. */
     uint64_t late_max_ns;
     uint64_t late_p50_ns;    /* upper bound of the histogram bucket (powers */
     uint64_t late_p99_ns;    /* of two) holding the percentile */

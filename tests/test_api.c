@@ -1625,6 +1625,10 @@ static void test_stats_and_misc(void **state)
     assert_int_equal(s.scheduled, 3);
     assert_int_equal(s.cancelled, 1);
     assert_int_equal(s.fired, 0);
+    /* no lateness measured yet: every figure of it 0 */
+    assert_int_equal(s.late_max_ns, 0);
+    assert_int_equal(s.late_p50_ns, 0);
+    assert_int_equal(s.late_p99_ns, 0);
     assert_int_equal(s.levels, 3);
     assert_int_equal(s.queued_buckets, 2);
     assert_int_equal(s.entry_bytes, 36);
