@@ -44,10 +44,20 @@ SETS = {
     2: [(' + ', ' - '), (' - ', ' + '), (' & ', ' | '), (' | ', ' & '), (' << ', ' >> '),
         (' >> ', ' << '), (' * ', ' / ')],
     3: None,
-    4: 'errno',
-    5: 'negation',
-    6: 'logic',
-    7: 'return',
+    # Sets 4 to 7 each change the first match of a pattern on a line: the
+    # pattern, the group changed, and what it becomes.
+    # Set 4: an error made success, the first -E... of a line made 0 (a
+    # return, an rc set, a ternary's arm, a test).
+    4: (re.compile(r'-E[A-Z]+\b'), 0, lambda a: '0'),
+    # Set 5: a condition turned round, the first logical not of a line
+    # (not a !=) dropped: `!x` as `x`, `!(a && b)` as `(a && b)`.
+    5: (re.compile(r'!(?!=)'), 0, lambda a: ''),
+    # Set 6: the first && or || of a line, wherever it stands, swapped
+    # (set 1 takes a comparison first where a line has one).
+    6: (re.compile(r' (?:&&|\|\|) '), 0, lambda a: ' || ' if a == ' && ' else ' && '),
+    # Set 7: a constant return flipped, 0 and 1, true and false.
+    7: (re.compile(r'\breturn (0|1|true|false)\s*;'), 1,
+        lambda a: {'0': '1', '1': '0', 'true': 'false', 'false': 'true'}[a]),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -83,40 +93,13 @@ def mutants(top):
             before, prev = prev, code.strip() or prev
             if 'assert' in code or 'FAIL(' in code or '__builtin_prefetch' in code:
                 continue
-            if OPS == 'errno':
-                # set 4: an error made success, the first -E... of a line
-                # made 0 (a return, an rc set, a ternary's arm, a test)
-                m = re.search(r'-E[A-Z]+\b', code)
+            if isinstance(OPS, tuple):
+                pattern, group, changed = OPS
+                m = pattern.search(code)
                 if m:
-                    out.append({'file': f, 'line': n, 'col': m.start(), 'a': m.group(0),
-                                'b': '0', 'text': st})
-                continue
-            if OPS == 'negation':
-                # set 5: a condition turned round, the first logical not
-                # of a line (not a !=) dropped: `!x` as `x`, `!(a && b)`
-                # as `(a && b)`
-                m = re.search(r'!(?!=)', code)
-                if m:
-                    out.append({'file': f, 'line': n, 'col': m.start(), 'a': '!',
-                                'b': '', 'text': st})
-                continue
-            if OPS == 'logic':
-                # set 6: the first && or || of a line, wherever it stands,
-                # swapped (set 1 takes a comparison first where a line has one)
-                m = re.search(r' (&&|\|\|) ', code)
-                if m:
-                    a = m.group(0)
-                    out.append({'file': f, 'line': n, 'col': m.start(), 'a': a,
-                                'b': ' || ' if a == ' && ' else ' && ', 'text': st})
-                continue
-            if OPS == 'return':
-                # set 7: a constant return flipped, 0 and 1, true and false
-                m = re.search(r'\breturn (0|1|true|false)\s*;', code)
-                if m:
-                    a = m.group(1)
-                    b = {'0': '1', '1': '0', 'true': 'false', 'false': 'true'}[a]
-                    out.append({'file': f, 'line': n, 'col': m.start(1), 'a': a, 'b': b,
-                                'text': st})
+                    a = m.group(group)
+                    out.append({'file': f, 'line': n, 'col': m.start(group), 'a': a,
+                                'b': changed(a), 'text': st})
                 continue
             if OPS is None:
                 # a statement of its own: the line before ends one (or opens
