@@ -11,8 +11,10 @@ negative errno of a line made 0), or with set 5 turns a condition round
 (the first `!` of a line that is not `!=` dropped), or with set 6 swaps
 the first `&&` or `||` of a line (set 1 reaches those only on lines with
 no comparison), or with set 7 flips a constant return (`return 0;` and
-`return 1;`, `true` and `false`, each made the other), in a git worktree
-of HEAD,
+`return 1;`, `true` and `false`, each made the other), or with set 8
+turns an update round (the first `++` or `--`, `+=` or `-=`, `|=` or `&=`
+of a line made the other, for loop heads left out), in a git worktree of
+HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -58,6 +60,11 @@ SETS = {
     # Set 7: a constant return flipped, 0 and 1, true and false.
     7: (re.compile(r'\breturn (0|1|true|false)\s*;'), 1,
         lambda a: {'0': '1', '1': '0', 'true': 'false', 'false': 'true'}[a]),
+    # Set 8: an update turned round, the first ++ or --, += or -=, |= or &=
+    # of a line made the other, except in a for loop's head (a counter run
+    # the wrong way only runs the loop off its end: no news).
+    8: (re.compile(r'^(?!\s*for\b).*?(\+\+|--|(?<![<>!=+*/%&|^-])[-+|&]=)'), 1,
+        lambda a: {'++': '--', '--': '++', '+=': '-=', '-=': '+=', '|=': '&=', '&=': '|='}[a]),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written

@@ -1640,6 +1640,26 @@ static void test_stats_and_misc(void **state)
     assert_true(s.cascaded >= 1); /* the 10 s task came down the levels */
     assert_true(s.bucket_pops >= 2);
     assert_int_equal(s.queued_buckets, 0);
+    /* bucket_pops counts exactly: tasks due in three ticks sit in three
+     * level-0 buckets, whatever the number of tasks in each */
+    struct fake_clock c2;
+    tw_timer *t2 = mk(&c2, 0, MS, 64);
+    assert_int_equal(tw_schedule(t2, 1 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule(t2, 2 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule(t2, 2 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_schedule(t2, 3 * MS, count_fn, &n, NULL), 0);
+    tw_stats(t2, &s);
+    assert_int_equal(s.queued_buckets, 3);
+    assert_int_equal(s.bucket_pops, 0);
+    assert_int_equal(tw_advance(t2, 2 * MS), 3);
+    tw_stats(t2, &s);
+    assert_int_equal(s.bucket_pops, 2);
+    assert_int_equal(tw_advance(t2, 10 * MS), 1);
+    tw_stats(t2, &s);
+    assert_int_equal(s.bucket_pops, 3);
+    assert_int_equal(s.advances, 2);
+    assert_int_equal(s.cascaded, 0);
+    tw_destroy(t2);
     tw_stats(t, NULL);
     tw_stats(NULL, &s); /* every field zeroed, not just some */
     struct tw_stats zero;

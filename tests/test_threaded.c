@@ -1489,6 +1489,37 @@ static void slow_fn(tw_timer *t, tw_id id, void *arg)
     usleep(300000);
 }
 
+/* The lateness percentiles, threaded, on the driver (workers = 0: each
+ * shard's histogram) and on a worker (the runtime's own, summed in by
+ * tw_stats): three tasks fire on time and one 999 ms late in one pass,
+ * so p50 is 0 while p99 and the maximum are the late one's. */
+static void test_lateness_percentiles_threaded(void **state)
+{
+    (void)state;
+    for (uint32_t workers = 0; workers <= 1; workers++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        uint64_t base = atomic_load(&c.now);
+        _Atomic int n = 0;
+        assert_int_equal(tw_schedule_at(t, base + MS, count_atomic_fn, &n, NULL), 0);
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(tw_schedule_at(t, base + SEC, count_atomic_fn, &n, NULL), 0);
+        atomic_store(&c.now, base + SEC);
+        assert_int_equal(tw_wake(t), 0);
+        for (int ms = 0; ms < 60000 && atomic_load(&n) < 4; ms++)
+            usleep(1000); /* a worker runs them after tw_wake returns */
+        assert_int_equal(atomic_load(&n), 4);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, 4);
+        assert_int_equal(s.late_max_ns, SEC - MS);
+        assert_int_equal(s.late_p50_ns, 0);
+        assert_int_equal(s.late_p99_ns, SEC - MS);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 /* With workers, a long callback holds one worker, not the clock. */
 static void test_long_callback_on_worker(void **state)
 {
@@ -1522,6 +1553,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fake_clock_wake),
+        cmocka_unit_test(test_lateness_percentiles_threaded),
         cmocka_unit_test(test_clock_behind_driver),
         cmocka_unit_test(test_driver_sleeps_behind_monotonic),
         cmocka_unit_test(test_reschedule_earlier_wakes_driver),
