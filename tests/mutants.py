@@ -13,8 +13,9 @@ the first `&&` or `||` of a line (set 1 reaches those only on lines with
 no comparison), or with set 7 flips a constant return (`return 0;` and
 `return 1;`, `true` and `false`, each made the other), or with set 8
 turns an update round (the first `++` or `--`, `+=` or `-=`, `|=` or `&=`
-of a line made the other, for loop heads left out), in a git worktree of
-HEAD,
+of a line made the other, for loop heads left out), or with set 9 makes
+a number one more (the first decimal integer literal of a line, for loop
+heads and set 7's returns left out), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -65,6 +66,12 @@ SETS = {
     # the wrong way only runs the loop off its end: no news).
     8: (re.compile(r'^(?!\s*for\b).*?(\+\+|--|(?<![<>!=+*/%&|^-])[-+|&]=)'), 1,
         lambda a: {'++': '--', '--': '++', '+=': '-=', '-=': '+=', '|=': '&=', '&=': '|='}[a]),
+    # Set 9: a number made one more, the first decimal integer literal of a
+    # line (0 as 1, 63 as 64; its suffix kept), except in a for loop's head
+    # and in set 7's constant returns.
+    9: (re.compile(r'^(?!\s*(?:for\b|return (?:0|1|true|false)\s*;))'
+                   r'.*?(?<![\w.])(\d+)(?:[uU]?[lL]{0,2})(?![\w.])'), 1,
+        lambda a: str(int(a) + 1)),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
