@@ -15,7 +15,8 @@ no comparison), or with set 7 flips a constant return (`return 0;` and
 turns an update round (the first `++` or `--`, `+=` or `-=`, `|=` or `&=`
 of a line made the other, for loop heads left out), or with set 9 makes
 a number one more (the first decimal integer literal of a line, for loop
-heads and set 7's returns left out), in a git worktree of HEAD,
+heads, set 7's returns and branch hints left out), in a git worktree of
+HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -67,8 +68,8 @@ SETS = {
     8: (re.compile(r'^(?!\s*for\b).*?(\+\+|--|(?<![<>!=+*/%&|^-])[-+|&]=)'), 1,
         lambda a: {'++': '--', '--': '++', '+=': '-=', '-=': '+=', '|=': '&=', '&=': '|='}[a]),
     # Set 9: a number made one more, the first decimal integer literal of a
-    # line (0 as 1, 63 as 64; its suffix kept), except in a for loop's head
-    # and in set 7's constant returns.
+    # line (0 as 1, 63 as 64; its suffix kept), except in a for loop's head,
+    # in set 7's constant returns and in a branch hint (see mask_hints).
     9: (re.compile(r'^(?!\s*(?:for\b|return (?:0|1|true|false)\s*;))'
                    r'.*?(?<![\w.])(\d+)(?:[uU]?[lL]{0,2})(?![\w.])'), 1,
         lambda a: str(int(a) + 1)),
@@ -86,6 +87,23 @@ STATEMENT = re.compile(r'^(?:[\w.>\[\]*&()-]+\s*(?:[-+*/%&|^]|<<|>>)?=[^=].*'
 DECLARATION = re.compile(r'^(?:\w+\s+)+\**\s*\w+\s*(?:=|;|,|\[)')
 KEYWORDS = ('return', 'break', 'continue', 'goto', 'if', 'for', 'while', 'switch', 'do ',
             'else', 'case', 'default', '(void)')
+
+
+def mask_hints(code):
+    """The line with each __builtin_expect's hint (its last argument) made
+    underscores: changing a hint changes no result, only code layout."""
+    out, k = code, code.find('__builtin_expect(')
+    while k >= 0:
+        depth, j = 0, k + len('__builtin_expect')
+        for j in range(j, len(code)):
+            depth += {'(': 1, ')': -1}.get(code[j], 0)
+            if depth == 0:
+                break
+        c = code.rfind(',', k, j)
+        if depth == 0 and c > 0:
+            out = out[:c + 1] + re.sub(r'\S', '_', out[c + 1:j]) + out[j:]
+        k = code.find('__builtin_expect(', j)
+    return out
 
 
 def mutants(top):
@@ -109,7 +127,7 @@ def mutants(top):
                 continue
             if isinstance(OPS, tuple):
                 pattern, group, changed = OPS
-                m = pattern.search(code)
+                m = pattern.search(mask_hints(code))
                 if m:
                     a = m.group(group)
                     out.append({'file': f, 'line': n, 'col': m.start(group), 'a': a,
