@@ -1659,6 +1659,11 @@ static void test_stats_and_misc(void **state)
     assert_int_equal(s.bucket_pops, 3);
     assert_int_equal(s.advances, 2);
     assert_int_equal(s.cascaded, 0);
+    /* a periodic task makes room for its period's re-arms, and no more:
+     * 10 ms fits level 0, so no level is added */
+    assert_int_equal(tw_schedule_every(t2, MS, 10 * MS, TW_FIXED_RATE, count_fn, &n, NULL), 0);
+    tw_stats(t2, &s);
+    assert_int_equal(s.levels, 1);
     tw_destroy(t2);
     tw_stats(t, NULL);
     tw_stats(NULL, &s); /* every field zeroed, not just some */

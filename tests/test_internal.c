@@ -1213,10 +1213,13 @@ static void test_pool_grows_in_place(void **state)
         } else {
             assert_int_equal(p->reserved, 0); /* none on a 32-bit target */
         }
+        if (cap && p->cap != cap)
+            assert_int_equal(p->cap, 2 * cap); /* a full pool doubles (twheel.h) */
         grew += p->cap != cap;
         cap = p->cap;
     }
     assert_true(grew >= 3); /* 32,768 -> 65,536 -> 131,072 -> 262,144 */
+    assert_int_equal(cap, 262144);
     if (sizeof(void *) >= 8) {
         /* past its first 2 MiB, the pool asked for huge pages, over its
          * whole reservation (pool.c) */

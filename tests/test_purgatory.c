@@ -406,7 +406,14 @@ static void test_purge_threshold(void **state)
     assert_true(tw_op_force_complete(w)); /* 4 completed entries listed */
     assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
     assert_int_equal(tw_purgatory_watched(p), 4); /* not more than 4: kept */
+    /* exactly 4, not fewer: one more completed entry passes the threshold */
+    tw_op *x = mk_op(p, &r[1], 100000 * MS);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, x, keys + 4, 1), 0);
+    assert_true(tw_op_force_complete(x)); /* 5 */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0); /* purged */
     tw_op_release(w);
+    tw_op_release(x);
     tw_purgatory_destroy(p, NULL, NULL);
 }
 

@@ -1137,6 +1137,20 @@ static void test_threaded_misc(void **state)
     assert_int_equal(tw_create(&t, &o), 0);
     assert_int_equal(tw_wake(t), -EINVAL); /* manual */
     tw_destroy(t);
+
+    /* the default clock is CLOCK_MONOTONIC in ns: a threaded tw_now reads
+     * it, so its time lies between two reads of our own around the call
+     * (a conversion off by even a nanosecond a second, run for the
+     * seconds the system has been up, falls outside) */
+    tw_options_init(&o);
+    o.threaded = 1;
+    assert_int_equal(tw_create(&t, &o), 0);
+    for (int k = 0; k < 100; k++) {
+        uint64_t before = mono(), now = tw_now(t), after = mono();
+        assert_true(before <= now);
+        assert_true(now <= after);
+    }
+    tw_destroy(t);
 }
 
 /* Under max_pending, a threaded cancel gives its task's place back at
