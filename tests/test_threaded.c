@@ -575,38 +575,43 @@ static void hold_first_fn(tw_timer *t, tw_id id, void *arg)
 
 /* A periodic task whose callback runs on a worker is re-armed when the
  * callback returns, after the driver has planned its sleep without it
- * (here: nothing else pending, so the driver sleeps until woken). The
- * re-arm must wake the driver, with no tw_wake, or the task never fires
- * again. Its second firing is awaited in real time (up to 30 s). */
+ * (nothing else pending, so the driver sleeps until woken; or a task an
+ * hour away, so it sleeps until then). The re-arm must wake the driver,
+ * with no tw_wake, or the task does not fire again in time. Its second
+ * firing is awaited in real time (up to 30 s). */
 static void test_periodic_rearm_on_worker_wakes_driver(void **state)
 {
     (void)state;
-    struct atomic_clock c;
-    tw_timer *t = mk_fake(&c, 1);
-    uint64_t base = atomic_load(&c.now);
-    struct job_rec p = { 0 };
-    tw_id pid;
-    gate_reset(0);
-    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, hold_first_fn,
-                                       &p, &pid), 0);
-    atomic_store(&c.now, base + 10 * MS);
-    /* the driver takes it, hands it to the worker, and plans: nothing */
-    assert_int_equal(tw_wake(t), 0);
-    wait_entered();
-    uint64_t d = 0;
-    assert_int_equal(tw_deadline(t, pid, &d), -EBUSY);
-    atomic_store(&gate.release, 1);
-    int rc = -EBUSY;
-    for (int ms = 0; ms < 60000 && (rc = tw_deadline(t, pid, &d)) == -EBUSY; ms++)
-        usleep(1000);
-    assert_int_equal(rc, 0); /* re-armed */
-    assert_int_equal(d, base + 20 * MS);
-    atomic_store(&c.now, base + 20 * MS);
-    for (int ms = 0; ms < 30000 && atomic_load(&p.ran) < 2; ms++)
-        usleep(1000);
-    assert_int_equal(atomic_load(&p.ran), 2);
-    assert_int_equal(tw_cancel(t, pid), 0);
-    tw_destroy(t);
+    for (int far = 0; far <= 1; far++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, 1);
+        uint64_t base = atomic_load(&c.now);
+        struct job_rec p = { 0 };
+        tw_id pid;
+        gate_reset(0);
+        assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, hold_first_fn,
+                                           &p, &pid), 0);
+        if (far)
+            assert_int_equal(tw_schedule_at(t, base + 3600 * SEC, noop_fn, NULL, NULL), 0);
+        atomic_store(&c.now, base + 10 * MS);
+        /* the driver takes it, hands it to the worker, and plans without it */
+        assert_int_equal(tw_wake(t), 0);
+        wait_entered();
+        uint64_t d = 0;
+        assert_int_equal(tw_deadline(t, pid, &d), -EBUSY);
+        atomic_store(&gate.release, 1);
+        int rc = -EBUSY;
+        for (int ms = 0; ms < 60000 && (rc = tw_deadline(t, pid, &d)) == -EBUSY; ms++)
+            usleep(1000);
+        assert_int_equal(rc, 0); /* re-armed */
+        assert_int_equal(d, base + 20 * MS);
+        atomic_store(&c.now, base + 20 * MS);
+        for (int ms = 0; ms < 30000 && atomic_load(&p.ran) < 2; ms++)
+            usleep(1000);
+        assert_int_equal(atomic_load(&p.ran), 2);
+        assert_int_equal(tw_cancel(t, pid), 0);
+        tw_destroy(t);
+    }
 }
 
 /* A periodic task cancelled after the driver took it, before its callback
