@@ -490,6 +490,42 @@ static void test_deferred_ring_fills(void **state)
     }
 }
 
+/* The general path of schedule (here every schedule: a max_pending makes
+ * it count) settles the ring only when the pool is full (twheel.h: a
+ * cancelled slot is reused 16 cancels later, or when the timer needs
+ * it): with room in the pool, the cancels' unlinks keep waiting. */
+static uint32_t deferred_count(const struct tw__engine *e)
+{
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < TW__DEFER; j++)
+        n += e->defer[j] != TW__NIL;
+    return n;
+}
+
+static void test_ring_kept_by_general_schedule(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.max_pending = 100;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__engine *e = &t->shards[0].eng;
+    tw_id ids[10];
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(k + 1) * MS, noop_fn, NULL, &ids[k]), 0);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    assert_int_equal(deferred_count(e), 3);
+    assert_true(e->pool.used < e->pool.cap); /* room: nothing needs the slots */
+    assert_int_equal(tw_schedule(t, 20 * MS, noop_fn, NULL, NULL), 0);
+    assert_int_equal(tw_schedule_keyed(t, "k", 1, 30 * MS, noop_fn, NULL, NULL), 0);
+    assert_int_equal(deferred_count(e), 3);
+    assert_int_equal(tw_pending(t), 9);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* The free list (pool.h: a spare, then blocks kept inside free entries):
  * for every count of slots freed, across block boundaries, the schedules
  * that follow take exactly the slots freed (the pool does not grow): the
@@ -1665,6 +1701,7 @@ int main(void)
         cmocka_unit_test(test_new_level_leaves_big_pool),
         cmocka_unit_test(test_slot_limit),
         cmocka_unit_test(test_deferred_ring_fills),
+        cmocka_unit_test(test_ring_kept_by_general_schedule),
         cmocka_unit_test(test_keymap_wrapped_run),
         cmocka_unit_test(test_watch_list_cannot_wrap),
         cmocka_unit_test(test_key_map_cannot_wrap),
