@@ -15,8 +15,9 @@ no comparison), or with set 7 flips a constant return (`return 0;` and
 turns an update round (the first `++` or `--`, `+=` or `-=`, `|=` or `&=`
 of a line made the other, for loop heads left out), or with set 9 makes
 a number one more (the first decimal integer literal of a line, for loop
-heads, set 7's returns and branch hints left out), in a git worktree of
-HEAD,
+heads, set 7's returns and branch hints left out), or with set 10 never
+takes a branch (the condition of a line's first `if`, where it closes on
+that line, made 0), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -73,6 +74,10 @@ SETS = {
     9: (re.compile(r'^(?!\s*(?:for\b|return (?:0|1|true|false)\s*;))'
                    r'.*?(?<![\w.])(\d+)(?:[uU]?[lL]{0,2})(?![\w.])'), 1,
         lambda a: str(int(a) + 1)),
+    # Set 10: a branch never taken, the parenthesised condition of a line's
+    # first `if` made (0), where it closes on the same line (see
+    # if_condition): does some test need each branch's body?
+    10: 'if',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -106,6 +111,22 @@ def mask_hints(code):
     return out
 
 
+def if_condition(code):
+    """The column and text of the parenthesised condition of the line's
+    first `if`, or None where there is none or it does not close on the
+    line (a condition over several lines is left out)."""
+    m = re.search(r'\bif\s*\(', code)
+    if not m:
+        return None
+    k = m.end() - 1
+    depth = 0
+    for j in range(k, len(code)):
+        depth += {'(': 1, ')': -1}.get(code[j], 0)
+        if depth == 0:
+            return k, code[k:j + 1]
+    return None
+
+
 def mutants(top):
     out = []
     for f in FILES:
@@ -124,6 +145,12 @@ def mutants(top):
             code = line.split('/*')[0]
             before, prev = prev, code.strip() or prev
             if 'assert' in code or 'FAIL(' in code or '__builtin_prefetch' in code:
+                continue
+            if OPS == 'if':
+                c = if_condition(code)
+                if c and c[1] != '(0)':
+                    out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': '(0)',
+                                'text': st})
                 continue
             if isinstance(OPS, tuple):
                 pattern, group, changed = OPS
