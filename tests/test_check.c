@@ -296,6 +296,16 @@ static void test_deferred_cancels(void **state)
     BREAK(GEN(a), 0u, "generation wrapped");
     BREAK(GEN(a), GEN(a) + 1u, "deferred but it is in use");
     BREAK(f->e->pool.spare, SLOT(a), "unlink is deferred"); /* also free */
+    /* a deferred cancel gone from its list before its unlink: the ring
+     * names two, the lists hold one */
+    struct tw__entry *ea = entry_of(f, a);
+    uint32_t pr = ea->link.prev, nx = ea->link.next;
+    tw__link_at(f->e, pr)->next = nx;
+    tw__link_at(f->e, nx)->prev = pr;
+    assert_caught(f->t, "2 deferred cancels, 1 found in the lists");
+    tw__link_at(f->e, pr)->next = REF(a);
+    tw__link_at(f->e, nx)->prev = REF(a);
+    assert_check(f->t);
     tw__engine_settle(f->e);
     assert_int_equal(r[ka], TW__NIL);
     assert_int_equal(r[kb], TW__NIL);
@@ -306,6 +316,17 @@ static void test_taken_count(void **state)
 {
     struct fixture *f = *state;
     BREAK(f->e->taken, f->e->taken + 1, "periodic tasks running or waiting to");
+}
+
+/* The keyed and periodic tasks' records (timer.h, struct tw__extra):
+ * their count, and the slot each names. */
+static void test_extra_records(void **state)
+{
+    struct fixture *f = *state;
+    BREAK(f->e->extras, f->e->extras + 1, "extra records counted");
+    BREAK(f->e->extras, f->e->extras - 1, "extra records counted");
+    struct tw__extra *x = entry_of(f, f->keyed)->arg;
+    BREAK(x->slot, SLOT(f->mid), "extra record names slot");
 }
 
 static void test_key_map(void **state)
@@ -801,6 +822,7 @@ int main(void)
         T(test_listed_but_free),
         T(test_deferred_cancels),
         T(test_taken_count),
+        T(test_extra_records),
         T(test_key_map),
         T(test_level_limits),
         T(test_expired_list_not_due),

@@ -97,6 +97,10 @@ static void test_fake_clock_wake(void **state)
     }
     assert_int_equal(tw_pending(t), 0);
     assert_check(t);
+    /* every bucket fired: the delay queue is empty (its first node, still
+     * in memory, is the last bucket popped, already past), and the driver
+     * sleeps until woken */
+    assert_driver_asleep(&c);
     assert_int_equal(tw_advance(t, 0), -EPERM);
     tw_destroy(t);
 }
