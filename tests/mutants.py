@@ -17,7 +17,8 @@ of a line made the other, for loop heads left out), or with set 9 makes
 a number one more (the first decimal integer literal of a line, for loop
 heads, set 7's returns and branch hints left out), or with set 10 never
 takes a branch (the condition of a line's first `if`, where it closes on
-that line, made 0), in a git worktree of HEAD,
+that line, made 0), or with set 11 always takes it (the same condition
+made 1), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -78,6 +79,9 @@ SETS = {
     # first `if` made (0), where it closes on the same line (see
     # if_condition): does some test need each branch's body?
     10: 'if',
+    # Set 11: a branch always taken, the same conditions made (1): does some
+    # test need each branch skipped when its condition is false?
+    11: 'if1',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -146,10 +150,11 @@ def mutants(top):
             before, prev = prev, code.strip() or prev
             if 'assert' in code or 'FAIL(' in code or '__builtin_prefetch' in code:
                 continue
-            if OPS == 'if':
+            if OPS in ('if', 'if1'):
                 c = if_condition(code)
-                if c and c[1] != '(0)':
-                    out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': '(0)',
+                b = '(0)' if OPS == 'if' else '(1)'
+                if c and c[1] != b:
+                    out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': b,
                                 'text': st})
                 continue
             if isinstance(OPS, tuple):
