@@ -1467,7 +1467,7 @@ static void test_drain_drops_plain_whole(void **state)
 /* tw_destroy from a callback of its own timer cannot return an error
  * (void) and must not go on: the loop that called the callback would run
  * over freed memory. It aborts with a message, from a firing and from a
- * drain. A callback may destroy another timer. */
+ * drain. A callback may destroy another timer, a firing's or a drain's. */
 static void destroy_timer_fn(tw_timer *t, tw_id id, void *arg)
 {
     (void)id;
@@ -1516,6 +1516,13 @@ static void test_destroy_from_callback(void **state)
     assert_int_equal(tw_schedule(t, MS, destroy_other_fn, other, NULL), 0);
     assert_int_equal(tw_advance(t, MS), 1);
     assert_int_equal(fired, 0); /* other is gone, its task dropped */
+    assert_int_equal(tw_pending(t), 0);
+    /* and from a drain's callback: a drain of t is no callback of other */
+    other = mk(&c2, 0, MS, 64);
+    assert_int_equal(tw_schedule(other, MS, count_fn, &fired, NULL), 0);
+    assert_int_equal(tw_schedule(t, MS, destroy_other_fn, other, NULL), 0);
+    assert_int_equal(tw_drain(t, destroy_other_fn, NULL), 1);
+    assert_int_equal(fired, 0);
     assert_int_equal(tw_pending(t), 0);
     tw_destroy(t);
 }

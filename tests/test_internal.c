@@ -253,6 +253,49 @@ static void test_threads_spread_over_shards(void **state)
     tw_destroy(t);
 }
 
+/* tw_stats' `levels` is the most any shard has made: here a day-long task
+ * on a shard other than the last one, whose own wheel stays at one level
+ * (a sum that kept the last shard's count passed everything else). Each
+ * probe thread first learns its shard from a 1 ms task; the first one
+ * not on the last shard schedules the day-long task. */
+struct level_probe {
+    tw_timer *t;
+    uint32_t si;
+    int rc, far;
+};
+
+static void *probe_far(void *arg)
+{
+    struct level_probe *lp = arg;
+    tw_id id;
+    lp->rc = tw_schedule(lp->t, MS, noop_fn, NULL, &id);
+    lp->si = tw__id_shard(lp->t, id);
+    lp->far = !lp->rc && lp->si != lp->t->nshards - 1;
+    if (lp->far)
+        lp->rc = tw_schedule(lp->t, 24 * 3600 * SEC, noop_fn, NULL, NULL);
+    return NULL;
+}
+
+static void test_stats_levels_of_all_shards(void **state)
+{
+    (void)state;
+    tw_timer *t = mk_threaded4();
+    struct level_probe lp = { t, 0, 0, 0 };
+    for (int n = 0; n < 4 && !lp.far; n++) {
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, probe_far, &lp), 0);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        assert_int_equal(lp.rc, 0);
+    }
+    assert_true(lp.far);
+    uint32_t most = t->shards[lp.si].eng.nlevels, last = t->shards[t->nshards - 1].eng.nlevels;
+    assert_true(most > last);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.levels, most);
+    tw_destroy(t);
+}
+
 /* Threaded: the locked cancel path, on whichever shard this thread got. */
 static void test_wrap_threaded(void **state)
 {
@@ -1681,6 +1724,7 @@ int main(void)
         cmocka_unit_test(test_wrap_on_drop),
         cmocka_unit_test(test_wrap_threaded),
         cmocka_unit_test(test_threads_spread_over_shards),
+        cmocka_unit_test(test_stats_levels_of_all_shards),
         cmocka_unit_test(test_thread_start_fails),
         cmocka_unit_test(test_default_shards_follow_affinity),
         cmocka_unit_test(test_delay_queue_order),

@@ -715,12 +715,14 @@ static void test_drain_taken_periodic(void **state)
 /* tw_stop while the driver holds a batch it took (workers = 0) or the
  * workers' queue holds taken tasks (one worker): each task that never ran
  * is handed back exactly once, a periodic one included; one cancelled
- * while it waited is not (its cancel had it). */
+ * while it waited is not (its cancel had it). With no `unfired` callback
+ * they are counted and dropped. */
 static void test_stop_hands_back_taken(void **state)
 {
     (void)state;
     enum { N = 100 };
-    for (uint32_t workers = 0; workers <= 1; workers++) {
+    for (uint32_t run = 0; run < 4; run++) {
+        uint32_t workers = run & 1u, nocb = run >> 1;
         struct atomic_clock c;
         tw_timer *t = mk_fake(&c, workers);
         uint64_t base = atomic_load(&c.now);
@@ -741,13 +743,13 @@ static void test_stop_hands_back_taken(void **state)
         /* taken (one worker: queued; workers = 0: in the wheel or the
          * driver's batch, either way) */
         assert_int_equal(tw_cancel(t, cancelled), 0);
-        assert_int_equal(tw_stop(t, rec_handed, NULL), N);
+        assert_int_equal(tw_stop(t, nocb ? NULL : rec_handed, NULL), N);
         pthread_join(w, NULL);
         assert_int_equal(atomic_load(&rec[0].ran), 1);
         assert_int_equal(atomic_load(&rec[0].handed), 0);
         for (int k = 1; k <= N; k++) {
             assert_int_equal(atomic_load(&rec[k].ran), 0);
-            assert_int_equal(atomic_load(&rec[k].handed), 1);
+            assert_int_equal(atomic_load(&rec[k].handed), !nocb);
         }
         assert_int_equal(atomic_load(&rec[N + 1].ran) + atomic_load(&rec[N + 1].handed), 0);
         struct tw_stats s;
@@ -1539,6 +1541,28 @@ static void test_lateness_percentiles_threaded(void **state)
         assert_int_equal(s.late_p50_ns, 0);
         assert_int_equal(s.late_p99_ns, SEC - MS);
         assert_check(t);
+        tw_destroy(t);
+
+        /* a periodic task's lateness is recorded once, where its job is
+         * sure to run (runtime.c, "Lateness"), on a worker too: two tasks
+         * on time and a periodic one 999 ms late leave p50 at 0, which a
+         * second record of the late one would move to it */
+        t = mk_fake(&c, workers);
+        base = atomic_load(&c.now);
+        atomic_store(&n, 0);
+        assert_int_equal(tw_schedule_every(t, MS, 3600 * SEC, TW_FIXED_DELAY, count_atomic_fn,
+                                           &n, NULL), 0);
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(tw_schedule_at(t, base + SEC, count_atomic_fn, &n, NULL), 0);
+        atomic_store(&c.now, base + SEC);
+        assert_int_equal(tw_wake(t), 0);
+        for (int ms = 0; ms < 60000 && atomic_load(&n) < 3; ms++)
+            usleep(1000);
+        assert_int_equal(atomic_load(&n), 3);
+        tw_stats(t, &s);
+        assert_int_equal(s.fired, 3);
+        assert_int_equal(s.late_max_ns, SEC - MS);
+        assert_int_equal(s.late_p50_ns, 0);
         tw_destroy(t);
     }
 }
