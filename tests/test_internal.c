@@ -255,9 +255,9 @@ static void test_threads_spread_over_shards(void **state)
 
 /* tw_stats' `levels` is the most any shard has made: here a day-long task
  * on a shard other than the last one, whose own wheel stays at one level
- * (a sum that kept the last shard's count passed everything else). Each
- * probe thread first learns its shard from a 1 ms task; the first one
- * not on the last shard schedules the day-long task. */
+ * (a tw_stats that took the last shard's count passed every other test).
+ * Each probe thread first learns its shard from a 1 ms task; the first
+ * one not on the last shard schedules the day-long task. */
 struct level_probe {
     tw_timer *t;
     uint32_t si;
