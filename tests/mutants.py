@@ -98,18 +98,27 @@ KEYWORDS = ('return', 'break', 'continue', 'goto', 'if', 'for', 'while', 'switch
             'else', 'case', 'default', '(void)')
 
 
+def close_paren(code, k):
+    """The column of the `)` that closes the `(` at column k, or None
+    where the line ends first."""
+    depth = 0
+    for j in range(k, len(code)):
+        depth += {'(': 1, ')': -1}.get(code[j], 0)
+        if depth == 0:
+            return j
+    return None
+
+
 def mask_hints(code):
     """The line with each __builtin_expect's hint (its last argument) made
     underscores: changing a hint changes no result, only code layout."""
     out, k = code, code.find('__builtin_expect(')
     while k >= 0:
-        depth, j = 0, k + len('__builtin_expect')
-        for j in range(j, len(code)):
-            depth += {'(': 1, ')': -1}.get(code[j], 0)
-            if depth == 0:
-                break
+        j = close_paren(code, k + len('__builtin_expect'))
+        if j is None:
+            break
         c = code.rfind(',', k, j)
-        if depth == 0 and c > 0:
+        if c > 0:
             out = out[:c + 1] + re.sub(r'\S', '_', out[c + 1:j]) + out[j:]
         k = code.find('__builtin_expect(', j)
     return out
@@ -120,15 +129,8 @@ def if_condition(code):
     first `if`, or None where there is none or it does not close on the
     line (a condition over several lines is left out)."""
     m = re.search(r'\bif\s*\(', code)
-    if not m:
-        return None
-    k = m.end() - 1
-    depth = 0
-    for j in range(k, len(code)):
-        depth += {'(': 1, ')': -1}.get(code[j], 0)
-        if depth == 0:
-            return k, code[k:j + 1]
-    return None
+    j = close_paren(code, m.end() - 1) if m else None
+    return None if j is None else (m.end() - 1, code[m.end() - 1:j + 1])
 
 
 def mutants(top):
