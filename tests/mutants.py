@@ -18,7 +18,8 @@ a number one more (the first decimal integer literal of a line, for loop
 heads, set 7's returns and branch hints left out), or with set 10 never
 takes a branch (the condition of a line's first `if`, where it closes on
 that line, made 0), or with set 11 always takes it (the same condition
-made 1), in a git worktree of HEAD,
+made 1), or with set 12 turns a choice round (the two arms of a line's
+first `?:` swapped), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -82,6 +83,10 @@ SETS = {
     # Set 11: a branch always taken, the same conditions made (1): does some
     # test need each branch skipped when its condition is false?
     11: 'if1',
+    # Set 12: a choice turned round, the two arms of a line's first `?:`
+    # swapped, where both close on that line (see ternary_arms): does some
+    # test tell each value chosen from the other?
+    12: 'ternary',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -133,6 +138,43 @@ def if_condition(code):
     return None if j is None else (m.end() - 1, code[m.end() - 1:j + 1])
 
 
+def ternary_arms(code):
+    """The column and text of the two arms of the line's first `c ? a : b`
+    (from `a` to the end of `b`) and the same with the arms swapped, or None
+    where there is none or `b` runs on past the line. `b` ends at a `,`, a
+    `;` or an unmatched `)` outside parentheses; a `?:` nested in `a` is
+    stepped over, one nested in `b` goes with it."""
+    q = code.find(' ? ')
+    if q < 0:
+        return None
+    depth, nest, colon, end = 0, 0, None, None
+    for j in range(q + 3, len(code)):
+        ch = code[j]
+        if ch in '([':
+            depth += 1
+        elif ch in ')]':
+            depth -= 1
+            if depth < 0:
+                end = j
+                break
+        elif depth == 0 and code.startswith(' ? ', j):
+            nest += 1
+        elif depth == 0 and code.startswith(' : ', j) and colon is None:
+            if nest:
+                nest -= 1
+            else:
+                colon = j
+        elif depth == 0 and ch in ',;' and colon is not None:
+            end = j
+            break
+    if colon is None or end is None:
+        return None
+    a, b = code[q + 3:colon], code[colon + 3:end].rstrip()
+    if not b:
+        return None
+    return q + 3, code[q + 3:colon + 3 + len(b)], b + ' : ' + a
+
+
 def mutants(top):
     out = []
     for f in FILES:
@@ -157,6 +199,12 @@ def mutants(top):
                 b = '(0)' if OPS == 'if' else '(1)'
                 if c and c[1] != b:
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': b,
+                                'text': st})
+                continue
+            if OPS == 'ternary':
+                c = ternary_arms(code)
+                if c:
+                    out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': c[2],
                                 'text': st})
                 continue
             if isinstance(OPS, tuple):
