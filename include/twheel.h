@@ -239,8 +239,9 @@ TW_API void tw_destroy(tw_timer *t);
 
 /* Schedules fn(t, id, arg) to run delay_ns after the timer's current time
  * (tw_now). A delay that would overflow is clamped to the far future
- * (UINT64_MAX ns). Sets *id when id is not NULL. Returns 0, -EINVAL (t or
- * fn NULL), -EAGAIN (max_pending reached), -ENOMEM, or -ESHUTDOWN (stopped).
+ * (UINT64_MAX ns). Sets *id when id is not NULL, on success only: a
+ * refused schedule leaves *id as it was. Returns 0, -EINVAL (t or fn
+ * NULL), -EAGAIN (max_pending reached), -ENOMEM, or -ESHUTDOWN (stopped).
  * O(1). */
 TW_API int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                        tw_id *id);
