@@ -1312,6 +1312,42 @@ static void test_pool_grows_in_place(void **state)
     tw_destroy(t);
 }
 
+/* A pool with a cap on its slots (a threaded shard's share of the id
+ * space, pool.h's max_slots) reserves no more address space than the cap
+ * could ever use (pool.c, reservation()): here 50,000 slots, about 1.8 MB,
+ * not the 1 GiB an uncapped pool reserves. It grows to the cap and no
+ * further: the 50,001st task is refused, and nothing else changes. */
+static void test_capped_pool_reserves_to_its_cap(void **state)
+{
+    (void)state;
+    const uint32_t capslots = 50000;
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__pool *p = &t->shards[0].eng.pool;
+    p->max_slots = capslots; /* before the first task: nothing is placed */
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    int fired = 0, mapped_seen = 0;
+    for (uint32_t j = 0; j < capslots; j++) {
+        assert_int_equal(tw_schedule(t, SEC + (j % 5000) * MS, count_fn, &fired, NULL), 0);
+        size_t most = ((size_t)p->front + capslots) * sizeof(struct tw__entry);
+        assert_true(p->reserved <= ((most + ps - 1) & ~(ps - 1)));
+        assert_true(p->cap <= capslots);
+        mapped_seen |= ((size_t)p->front + p->cap) * sizeof(struct tw__entry) >= TW__MAP_MIN;
+    }
+    assert_true(mapped_seen); /* the check above saw mapped blocks */
+    assert_int_equal(p->cap, capslots);
+    tw_id id = 12345;
+    assert_int_equal(tw_schedule(t, SEC, count_fn, &fired, &id), -ENOMEM);
+    assert_int_equal(id, 12345); /* untouched */
+    assert_int_equal(tw_pending(t), capslots);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 10 * SEC), (int)capslots);
+    assert_int_equal(fired, (int)capslots);
+    tw_destroy(t);
+}
+
 /* A pool grown big (1 MiB and up) holds room for every level's heads, so
  * that the levels a far deadline makes later do not move it: before,
  * each new level copied the whole pool (its heads sit before slot 0),
@@ -1741,6 +1777,7 @@ int main(void)
         cmocka_unit_test(test_reserved_block_growth),
         cmocka_unit_test(test_reservation_refused),
         cmocka_unit_test(test_pool_grows_in_place),
+        cmocka_unit_test(test_capped_pool_reserves_to_its_cap),
         cmocka_unit_test(test_threaded_pool_stays_small_paged),
         cmocka_unit_test(test_new_level_leaves_big_pool),
         cmocka_unit_test(test_slot_limit),
