@@ -19,7 +19,10 @@ heads, set 7's returns and branch hints left out), or with set 10 never
 takes a branch (the condition of a line's first `if`, where it closes on
 that line, made 0), or with set 11 always takes it (the same condition
 made 1), or with set 12 turns a choice round (the two arms of a line's
-first `?:` swapped), in a git worktree of HEAD,
+first `?:` swapped), or with set 13 turns a loop's jump round (the first
+`break;` of a line made `continue;`, or `continue;` made `break;`), or
+with set 14 never runs a loop (the condition of a line's first `while`,
+where it closes on that line, made 0), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -87,6 +90,16 @@ SETS = {
     # swapped, where both close on that line (see ternary_arms): does some
     # test tell each value chosen from the other?
     12: 'ternary',
+    # Set 13: a loop's jump turned round, the first `break;` of a line made
+    # `continue;` and the first `continue;` made `break;` (a `break` of a
+    # switch outside any loop does not compile): does some test need the
+    # loop left, or gone on with, just there?
+    13: (re.compile(r'\b(break|continue);'), 1,
+         lambda a: 'continue' if a == 'break' else 'break'),
+    # Set 14: a loop never run, the parenthesised condition of a line's
+    # first `while` made (0), where it closes on the line (a do-while's
+    # body then runs once): does some test need each loop's second turn?
+    14: 'while',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -129,11 +142,11 @@ def mask_hints(code):
     return out
 
 
-def if_condition(code):
+def if_condition(code, keyword='if'):
     """The column and text of the parenthesised condition of the line's
-    first `if`, or None where there is none or it does not close on the
-    line (a condition over several lines is left out)."""
-    m = re.search(r'\bif\s*\(', code)
+    first `if` (or `while`), or None where there is none or it does not
+    close on the line (a condition over several lines is left out)."""
+    m = re.search(r'\b' + keyword + r'\s*\(', code)
     j = close_paren(code, m.end() - 1) if m else None
     return None if j is None else (m.end() - 1, code[m.end() - 1:j + 1])
 
@@ -194,9 +207,9 @@ def mutants(top):
             before, prev = prev, code.strip() or prev
             if 'assert' in code or 'FAIL(' in code or '__builtin_prefetch' in code:
                 continue
-            if OPS in ('if', 'if1'):
-                c = if_condition(code)
-                b = '(0)' if OPS == 'if' else '(1)'
+            if OPS in ('if', 'if1', 'while'):
+                c = if_condition(code, 'while' if OPS == 'while' else 'if')
+                b = '(1)' if OPS == 'if1' else '(0)'
                 if c and c[1] != b:
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': b,
                                 'text': st})
