@@ -1342,53 +1342,6 @@ static void test_drain_from_periodic(void **state)
     tw_destroy(t);
 }
 
-/* A task scheduled by a drain's own callback stays pending (the drain
- * hands back what was there), and the pass over the periodic tasks taken
- * to fire steps past it: its slot, freed by the drain just before, lies
- * below the running periodic task's, which is still handed back and not
- * re-armed (drain.c). */
-static int keyed_fired;
-static void schedule_keyed_each(tw_timer *t, tw_id id, void *arg)
-{
-    (void)id;
-    (*(int *)arg) += 100;
-    int *calls = tw_drain_arg(t);
-    if ((*calls)++ == 0)
-        assert_int_equal(tw_schedule_keyed(t, "k", 1, SEC, count_fn, &keyed_fired, NULL), 0);
-}
-
-static int drain_keyed_n = -1, drain_keyed_calls;
-static void drain_keyed_fn(tw_timer *t, tw_id id, void *arg)
-{
-    (void)id;
-    (*(int *)arg)++;
-    drain_keyed_n = (int)tw_drain(t, schedule_keyed_each, &drain_keyed_calls);
-}
-
-static void test_drain_steps_past_a_task_it_made(void **state)
-{
-    (void)state;
-    struct fake_clock c;
-    tw_timer *t = mk(&c, 0, MS, 64);
-    int self = 0, other = 0;
-    /* the plain task first: the slot it frees is below the periodic one's */
-    assert_int_equal(tw_schedule(t, SEC, count_fn, &other, NULL), 0);
-    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_RATE, drain_keyed_fn, &self, NULL), 0);
-    assert_int_equal(tw_advance(t, MS), 1);
-    assert_int_equal(drain_keyed_n, 2); /* the plain task, then the periodic one */
-    assert_int_equal(drain_keyed_calls, 2);
-    assert_int_equal(other, 100);
-    assert_int_equal(self, 1 + 100); /* ran once, then handed back */
-    assert_int_equal(tw_pending(t), 1); /* the keyed task the drain made */
-    assert_check(t);
-    assert_int_equal(tw_advance(t, 10 * SEC), 1); /* it fires; the periodic does not */
-    assert_int_equal(keyed_fired, 1);
-    assert_int_equal(self, 101);
-    assert_int_equal(tw_pending(t), 0);
-    assert_check(t);
-    tw_destroy(t);
-}
-
 /* tw_drain with no callback (and no periodic task running) drops the
  * lists whole and frees the slots in one pass (no list is walked): tasks
  * on several levels, cancels whose unlinks still wait in the ring, from a
@@ -1991,7 +1944,6 @@ int main(void)
         cmocka_unit_test(test_next_deadline_from_callback),
         cmocka_unit_test(test_drain),
         cmocka_unit_test(test_drain_from_periodic),
-        cmocka_unit_test(test_drain_steps_past_a_task_it_made),
         cmocka_unit_test(test_drain_drops_plain_whole),
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_stats_and_misc),

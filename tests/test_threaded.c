@@ -666,29 +666,36 @@ static void test_cancel_taken_periodic(void **state)
 
 /* tw_drain on a running threaded timer hands back the periodic tasks the
  * driver has taken: the one whose callback is running (it is not re-armed)
- * and the one waiting behind it (its callback never runs). Both give their
- * places under max_pending back at once. */
+ * and the one waiting behind it (its callback never runs). A third, taken
+ * between them and cancelled while it waits, is not handed back, and the
+ * drain's pass over the slots steps past it to the one after (its slot is
+ * below the waiting one's: a thread keeps its shard, and a fresh shard
+ * hands out slots in order). All give their places under max_pending back
+ * at once. */
 static void test_drain_taken_periodic(void **state)
 {
     (void)state;
     for (uint32_t workers = 0; workers <= 1; workers++) {
         struct atomic_clock c;
-        tw_timer *t = bounded_fake(&c, workers, 0, 2, NULL);
+        tw_timer *t = bounded_fake(&c, workers, 0, 3, NULL);
         uint64_t base = atomic_load(&c.now);
-        struct job_rec running = { .hold = 1 }, waiting = { 0 };
+        struct job_rec running = { .hold = 1 }, waiting = { 0 }, gone = { 0 };
         gate_reset(0);
+        tw_id cancelled;
         assert_int_equal(tw_schedule_every(t, MS, 10 * MS, TW_FIXED_DELAY, held_fn, &running, NULL), 0);
+        assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_RATE, held_fn, &gone, &cancelled), 0);
         assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_RATE, held_fn, &waiting, NULL), 0);
         atomic_store(&c.now, base + 2 * MS);
         pthread_t w = start_held_pass(t);
+        assert_int_equal(tw_cancel(t, cancelled), 0);
         assert_int_equal(tw_pending(t), 2);
         assert_int_equal(tw_drain(t, rec_handed, NULL), 2);
         assert_int_equal(tw_pending(t), 0);
-        tw_id room[2];
-        for (int k = 0; k < 2; k++)
+        tw_id room[3];
+        for (int k = 0; k < 3; k++)
             assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &room[k]), 0);
         assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, NULL), -EAGAIN);
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             assert_int_equal(tw_cancel(t, room[k]), 0);
         atomic_store(&gate.release, 1);
         pthread_join(w, NULL);
@@ -702,10 +709,12 @@ static void test_drain_taken_periodic(void **state)
         assert_int_equal(atomic_load(&running.handed), 1);
         assert_int_equal(atomic_load(&waiting.ran), 0);
         assert_int_equal(atomic_load(&waiting.handed), 1);
+        assert_int_equal(atomic_load(&gone.ran) + atomic_load(&gone.handed), 0);
         struct tw_stats s;
         tw_stats(t, &s);
         assert_int_equal(s.fired, 1 + 2 * workers);
         assert_int_equal(s.drained, 2);
+        assert_int_equal(s.cancelled, 4); /* the taken one, and the room's 3 */
         assert_int_equal(s.pending, 0);
         assert_check(t);
         tw_destroy(t);
