@@ -50,7 +50,8 @@ size_t tw__drain_shard(tw_timer *t, uint32_t si, tw_fn each)
         n = drop_all(t, e);
     tw__wheel_collect_all(e);
     uint32_t r;
-    /* settled each time: `each` runs unlocked and may cancel what is left */
+    /* settled each time: while `each` runs unlocked, another thread may
+     * cancel what is left */
     while ((tw__engine_settle(e), r = tw__expired_first(e)) != TW__EXPIRED_SENT) {
         uint32_t i = tw__ref_slot(r);
         struct tw__entry *en = tw__pool_entry(&e->pool, i);
