@@ -22,7 +22,9 @@ made 1), or with set 12 turns a choice round (the two arms of a line's
 first `?:` swapped), or with set 13 turns a loop's jump round (the first
 `break;` of a line made `continue;`, or `continue;` made `break;`), or
 with set 14 never runs a loop (the condition of a line's first `while`,
-where it closes on that line, made 0), in a git worktree of HEAD,
+where it closes on that line, made 0), or with set 15 makes a number one
+less (the first nonzero decimal integer literal of a line, with set 9's
+exceptions), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -100,6 +102,12 @@ SETS = {
     # first `while` made (0), where it closes on the line (a do-while's
     # body then runs once): does some test need each loop's second turn?
     14: 'while',
+    # Set 15: a number made one less, the first decimal integer literal of
+    # a line other than 0 (63 as 62, 1 as 0; its suffix kept), with set
+    # 9's exceptions: set 9's off-by-ones the other way.
+    15: (re.compile(r'^(?!\s*(?:for\b|return (?:0|1|true|false)\s*;))'
+                    r'.*?(?<![\w.])([1-9]\d*)(?:[uU]?[lL]{0,2})(?![\w.])'), 1,
+         lambda a: str(int(a) - 1)),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
