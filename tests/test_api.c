@@ -769,6 +769,38 @@ static void self_cancel_fn(tw_timer *t, tw_id id, void *arg)
         assert_int_equal(tw_cancel(t, id), 0);
 }
 
+/* A periodic task reserves the levels its re-arms can need, and no more
+ * (wheel.c, tw__wheel_reserve_period): a period whose re-arm lies under
+ * 2W ticks ahead (ceil(period) + 1 < 2W, fixed delay, half a tick late)
+ * fits level 0's 2W blocks, so no level 1 is made, at scheduling or at
+ * any re-arm. */
+static void test_periodic_reserves_no_more(void **state)
+{
+    (void)state;
+    const uint32_t sizes[] = { 2, 8, 64 };
+    for (size_t w = 0; w < sizeof sizes / sizeof sizes[0]; w++) {
+        uint64_t W = sizes[w], p = 2 * W - 2; /* ticks: p + 1 < 2W */
+        struct fake_clock c;
+        tw_timer *t = mk(&c, 0, MS, (uint32_t)W);
+        int n = 0;
+        tw_id id;
+        assert_int_equal(tw_schedule_every(t, MS, p * MS, TW_FIXED_DELAY, count_fn, &n, &id), 0);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.levels, 1);
+        for (int k = 1; k <= 4; k++) {
+            uint64_t d;
+            assert_int_equal(tw_deadline(t, id, &d), 0);
+            assert_int_equal(tw_advance(t, d + MS / 2), 1);
+            assert_int_equal(n, k);
+        }
+        tw_stats(t, &s);
+        assert_int_equal(s.levels, 1);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 static void test_periodic_fixed_rate(void **state)
 {
     (void)state;
@@ -1932,6 +1964,7 @@ int main(void)
         cmocka_unit_test(test_order_across_levels),
         cmocka_unit_test(test_level_boundaries),
         cmocka_unit_test(test_coarse_bucket_not_soon),
+        cmocka_unit_test(test_periodic_reserves_no_more),
         cmocka_unit_test(test_periodic_fixed_rate),
         cmocka_unit_test(test_periodic_fixed_delay),
         cmocka_unit_test(test_periodic_end_of_time),

@@ -606,6 +606,12 @@ static void test_many_keys_one_shard(void **state)
         tw_op_release(op);
     }
     assert_int_equal(tw_purgatory_watched(p), N);
+    /* grown at load 1 (watchers.c, table_reserve): a power of two, a
+     * bucket or more a key, so that the chains stay short */
+    const struct tw__wshard *ws = &p->shards[0];
+    assert_int_equal(ws->n, N);
+    assert_true(ws->cap >= N && ws->cap < 2 * N);
+    assert_int_equal(ws->cap & (ws->cap - 1), 0);
     for (int i = 0; i < N; i++) {
         int len = snprintf(name, sizeof name, "absent-%d", i);
         assert_int_equal(tw_purgatory_check_and_complete(p, name, (size_t)len), 0);
