@@ -377,10 +377,10 @@ TW_API size_t tw_pending(tw_timer *t);
  * callback has not started, and that callback does not run. `arg` is the
  * caller's context, readable from `each` with tw_drain_arg(). Returns how
  * many tasks were removed (0 when t is NULL). each must not call back
- * into this timer (but for tw_drain_arg). Threaded: tasks scheduled while it runs may stay; a
- * shard fires nothing while it is being drained (its tasks due meanwhile
- * fire when the drain ends, late by as long as the callbacks took, never
- * early).
+ * into this timer (but for tw_drain_arg). Threaded: tasks scheduled while
+ * it runs may stay; a shard fires nothing while it is being drained (its
+ * tasks due meanwhile fire when the drain ends, late by as long as the
+ * callbacks took, never early).
  * O(pending + buckets), plus a pass over the slots ever used while a
  * periodic task is running or taken: each task is taken out of its list,
  * a cache miss apiece once they outgrow the cache. With each NULL, a
