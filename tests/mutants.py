@@ -24,7 +24,9 @@ first `?:` swapped), or with set 13 turns a loop's jump round (the first
 with set 14 never runs a loop (the condition of a line's first `while`,
 where it closes on that line, made 0), or with set 15 makes a number one
 less (the first nonzero decimal integer literal of a line, with set 9's
-exceptions), in a git worktree of HEAD,
+exceptions), or with set 16 or 17 drops a part of a guard (the first or
+the last operand of the `&&` or `||` chain of a line's first `if`), in a
+git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -108,6 +110,12 @@ SETS = {
     15: (re.compile(r'^(?!\s*(?:for\b|return (?:0|1|true|false)\s*;))'
                     r'.*?(?<![\w.])([1-9]\d*)(?:[uU]?[lL]{0,2})(?![\w.])'), 1,
          lambda a: str(int(a) - 1)),
+    # Set 16: a part of a condition dropped, the first operand of the
+    # top-level `&&` or `||` chain of a line's first `if` (where it closes
+    # on the line and does not mix the two): is each part of a guard
+    # needed? Set 17 drops the last operand instead.
+    16: 'first',
+    17: 'last',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -157,6 +165,45 @@ def if_condition(code, keyword='if'):
     m = re.search(r'\b' + keyword + r'\s*\(', code)
     j = close_paren(code, m.end() - 1) if m else None
     return None if j is None else (m.end() - 1, code[m.end() - 1:j + 1])
+
+
+def chain_operands(cond):
+    """The top-level operands of a parenthesised condition `(a && b ...)`
+    or `(a || b ...)`, as (start, end) columns within it, and the
+    operator; None where there is one operand or the two operators mix."""
+    depth, ops, cuts = 0, set(), [1]
+    j = 1
+    while j < len(cond) - 1:
+        ch = cond[j]
+        if ch in '([':
+            depth += 1
+        elif ch in ')]':
+            depth -= 1
+        elif depth == 0 and cond.startswith((' && ', ' || '), j):
+            ops.add(cond[j + 1:j + 3])
+            cuts += [j, j + 4]
+            j += 4
+            continue
+        j += 1
+    cuts.append(len(cond) - 1)
+    if len(ops) != 1:
+        return None
+    return list(zip(cuts[0::2], cuts[1::2])), ops.pop()
+
+
+def drop_operand(code, last):
+    """The column and text of the line's first `if` condition, and the
+    same with its first (or last) top-level operand dropped, or None."""
+    c = if_condition(code)
+    if not c:
+        return None
+    col, cond = c
+    parts = chain_operands(cond)
+    if not parts:
+        return None
+    spans, op = parts
+    keep = spans[:-1] if last else spans[1:]
+    return col, cond, '(' + (' %s ' % op).join(cond[a:b] for a, b in keep) + ')'
 
 
 def ternary_arms(code):
@@ -220,6 +267,12 @@ def mutants(top):
                 b = '(1)' if OPS == 'if1' else '(0)'
                 if c and c[1] != b:
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': b,
+                                'text': st})
+                continue
+            if OPS in ('first', 'last'):
+                c = drop_operand(code, OPS == 'last')
+                if c:
+                    out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': c[2],
                                 'text': st})
                 continue
             if OPS == 'ternary':
