@@ -842,9 +842,13 @@ static void test_errors_and_alloc_failure(void **state)
     tw_purgatory *p = mk_manual(1000);
     struct req r = { 0 };
     tw_op *op;
-    struct tw_op_ops bad = { NULL, req_complete, NULL };
+    /* each required callback missing; *out left as it was */
+    struct tw_op_ops bad = { NULL, req_complete, NULL }, bad2 = { req_try, NULL, req_expire };
+    op = (tw_op *)&r;
     assert_int_equal(tw_op_create(p, &bad, &r, 1, &op), -EINVAL);
+    assert_int_equal(tw_op_create(p, &bad2, &r, 1, &op), -EINVAL);
     assert_int_equal(tw_op_create(NULL, &req_ops, &r, 1, &op), -EINVAL);
+    assert_ptr_equal(op, (tw_op *)&r);
     op = mk_op(p, &r, SEC);
     struct tw_key nokey = { NULL, 3 }, empty = { "k", 0 }, k = KEY("k");
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &nokey, 1), -EINVAL);

@@ -721,6 +721,40 @@ static void test_drain_taken_periodic(void **state)
     }
 }
 
+/* tw_stop has begun once it hands tasks back: a tw_reschedule from its
+ * `unfired` callback (a callback may call the timer, threaded) of a task
+ * not yet handed back returns -ESHUTDOWN and leaves it where the stop
+ * will find it, rather than moving it back into the wheel, out of the
+ * stop's sight. Both tasks are handed back, once each. */
+static tw_id resched_ids[2];
+static _Atomic int resched_rc = 1, resched_calls;
+static void resched_unfired(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    if (atomic_fetch_add(&resched_calls, 1) == 0)
+        atomic_store(&resched_rc,
+                     tw_reschedule(t, resched_ids[id == resched_ids[0]], SEC));
+}
+
+static void test_reschedule_from_unfired(void **state)
+{
+    (void)state;
+    struct tw_options o;
+    tw_options_init(&o);
+    o.threaded = 1;
+    o.shards = 1;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &resched_ids[k]), 0);
+    assert_int_equal(tw_stop(t, resched_unfired, NULL), 2);
+    assert_int_equal(atomic_load(&resched_calls), 2);
+    assert_int_equal(atomic_load(&resched_rc), -ESHUTDOWN);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* tw_stop while the driver holds a batch it took (workers = 0) or the
  * workers' queue holds taken tasks (one worker): each task that never ran
  * is handed back exactly once, a periodic one included; one cancelled
@@ -1624,6 +1658,7 @@ int main(void)
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
+        cmocka_unit_test(test_reschedule_from_unfired),
         cmocka_unit_test(test_stop_hands_back_taken_periodic),
         cmocka_unit_test(test_stop_with_full_queue),
         cmocka_unit_test(test_full_queue_runs_all),
