@@ -25,8 +25,12 @@ with set 14 never runs a loop (the condition of a line's first `while`,
 where it closes on that line, made 0), or with set 15 makes a number one
 less (the first nonzero decimal integer literal of a line, with set 9's
 exceptions), or with set 16 or 17 drops a part of a guard (the first or
-the last operand of the `&&` or `||` chain of a line's first `if`), in a
-git worktree of HEAD,
+the last operand of the `&&` or `||` chain of a line's first `if`), or
+with set 18 reverses a comparison (the first `<`, `<=`, `>` or `>=` of a
+line made `>`, `>=`, `<` or `<=`), or with set 19 forgets a value (a
+one-line declaration's initializer made 0), or with set 20 makes an
+alternative a sequel (the first `else` of a line dropped), in a git
+worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -116,6 +120,22 @@ SETS = {
     # needed? Set 17 drops the last operand instead.
     16: 'first',
     17: 'last',
+    # Set 18: a comparison turned round, the first `<`, `<=`, `>` or `>=`
+    # of a line (spaced, as the code writes them) made its mirror, `>`,
+    # `>=`, `<` or `<=`: set 1 moves a bound by one, this one reverses it.
+    18: (re.compile(r'(?<= )(<=|>=|<|>)(?= )'), 1,
+         lambda a: {'<': '>', '<=': '>=', '>': '<', '>=': '<='}[a]),
+    # Set 19: a value forgotten, the initializer of a declaration standing
+    # on one line made 0 (`size_t n = a + b;` as `size_t n = 0;`; a pointer
+    # made NULL), where it is not already 0 or NULL or a brace list: does
+    # some test need each local's first value? (Set 3 removes assignments
+    # but leaves declarations.)
+    19: (re.compile(r'^\s*(?!(?:return|else|case|goto)\b)(?:\w+\s+)+\**\s*\w+\s*=\s*'
+                    r'(?!(?:0|NULL)\s*;|\{)([^;]+?)\s*;\s*$'), 1, lambda a: '0'),
+    # Set 20: an alternative made a sequel, the first `else` of a line
+    # dropped (`} else {` as `} {`, `} else if (c)` as `} if (c)`): the
+    # branch that was the alternative then also runs after the first.
+    20: (re.compile(r'\belse\b\s*'), 0, lambda a: ''),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
