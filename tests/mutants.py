@@ -130,8 +130,7 @@ SETS = {
     # made NULL), where it is not already 0 or NULL or a brace list: does
     # some test need each local's first value? (Set 3 removes assignments
     # but leaves declarations.)
-    19: (re.compile(r'^\s*(?!(?:return|else|case|goto)\b)(?:\w+\s+)+\**\s*\w+\s*=\s*'
-                    r'(?!(?:0|NULL)\s*;|\{)([^;]+?)\s*;\s*$'), 1, lambda a: '0'),
+    19: 'init',
     # Set 20: an alternative made a sequel, the first `else` of a line
     # dropped (`} else {` as `} {`, `} else if (c)` as `} if (c)`): the
     # branch that was the alternative then also runs after the first.
@@ -226,6 +225,30 @@ def drop_operand(code, last):
     return col, cond, '(' + (' %s ' % op).join(cond[a:b] for a, b in keep) + ')'
 
 
+DECLARED = re.compile(r'^\s*(?!(?:return|else|case|goto)\b)(?:\w+\s+)+\**\s*\w+\s*=\s*')
+
+
+def initializer(code):
+    """The column and text of the initializer of the first declarator of a
+    one-line declaration (`T x = a, y = b;` gives `a`), or None where the
+    line is none, or the value is 0, NULL or a brace list, or it runs on
+    past the line."""
+    m = DECLARED.match(code)
+    if not m or not code.rstrip().endswith(';'):
+        return None
+    depth, k = 0, m.end()
+    for j in range(k, len(code)):
+        ch = code[j]
+        if ch in '([{':
+            depth += 1
+        elif ch in ')]}':
+            depth -= 1
+        elif depth == 0 and ch in ',;':
+            a = code[k:j].rstrip()
+            return None if a in ('', '0', 'NULL') or a.startswith('{') else (k, a)
+    return None
+
+
 def ternary_arms(code):
     """The column and text of the two arms of the line's first `c ? a : b`
     (from `a` to the end of `b`) and the same with the arms swapped, or None
@@ -293,6 +316,12 @@ def mutants(top):
                 c = drop_operand(code, OPS == 'last')
                 if c:
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': c[2],
+                                'text': st})
+                continue
+            if OPS == 'init':
+                c = initializer(code)
+                if c:
+                    out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': '0',
                                 'text': st})
                 continue
             if OPS == 'ternary':
