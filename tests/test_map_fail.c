@@ -54,6 +54,7 @@ static struct {
      * moved pages outside them (not passed on: they are not ours) */
     struct { uintptr_t lo, hi; } own[64];
     unsigned nown, foreign;
+    int misalign; /* place each mapping one page past a TW__HUGE boundary */
 } W;
 
 /* valgrind (3.19) emulates mremap itself, and after a move into a fixed
@@ -156,11 +157,32 @@ static void *mapped(void *p, size_t len)
     return p;
 }
 
+/* W.misalign's mapping (anonymous, as all of mem.c's are): one page past
+ * a TW__HUGE boundary, where a kernel that does not align big mappings
+ * may put one. This one aligns them itself, so without it mem.c's
+ * trimming of a reservation's slack would run only with nothing to trim. */
+static void *misaligned(size_t len, int prot, int flags)
+{
+    size_t span = pages(len) + 2 * TW__HUGE;
+    char *raw = __real_mmap64(NULL, span, prot, flags, -1, 0);
+    if (raw == MAP_FAILED)
+        return MAP_FAILED;
+    uintptr_t lo = (uintptr_t)raw, p = ((lo + TW__HUGE - 1) & ~(uintptr_t)(TW__HUGE - 1)) + pages(1);
+    uintptr_t end = p + pages(len);
+    if (p > lo)
+        __real_munmap(raw, p - lo);
+    __real_munmap((void *)end, lo + span - end);
+    return (void *)p;
+}
+
 /* With _FILE_OFFSET_BITS=64, which meson defines, glibc's headers turn
  * mmap into mmap64 (on 64-bit targets too). */
 void *__wrap_mmap64(void *a, size_t len, int prot, int flags, int fd, off_t off)
 {
-    return refuse(K_MMAP) ? MAP_FAILED : mapped(__real_mmap64(a, len, prot, flags, fd, off), len);
+    if (refuse(K_MMAP))
+        return MAP_FAILED;
+    return mapped(W.misalign ? misaligned(len, prot, flags)
+                             : __real_mmap64(a, len, prot, flags, fd, off), len);
 }
 
 void *__wrap_mremap(void *old, size_t olen, size_t len, int flags, ...)
@@ -290,6 +312,35 @@ static void test_reserve_unaligned(void **state)
     assert_int_equal(W.foreign, 0);
 }
 
+/* A reservation placed off a huge-page boundary (by misaligned, above):
+ * mem.c gives back the slack on both sides, so the block starts on a
+ * boundary, and unmaps only pages of its own: the reservation is all
+ * that stays mapped, and nothing is left once the block is freed. */
+static void test_reserve_trims_to_alignment(void **state)
+{
+    (void)state;
+    NEED_WRAP();
+    struct tw__mem m = mem_default();
+    W.misalign = 1;
+    size_t res = 0;
+    unsigned char *p = tw__alloc_res(&m, 2 * MB, 64 * MB, &res);
+    assert_non_null(p);
+    assert_int_equal(W.calls[K_MMAP], 1); /* the aligned reservation, trimmed */
+    assert_int_equal(res, 64 * MB);
+    assert_int_equal((uintptr_t)p % TW__HUGE, 0);
+    assert_int_equal(W.net, (long long)(64 * MB));
+    assert_int_equal(W.foreign, 0);
+    fill(p, 2 * MB);
+    unsigned char *q = tw__realloc_res(&m, p, 2 * MB, 64 * MB, 2 * MB, 64 * MB, &res);
+    assert_ptr_equal(q, p); /* in place, to the reservation's end */
+    assert_filled(q, 2 * MB);
+    q[64 * MB - 1] = 1;
+    tw__free_res(&m, q, 64 * MB, res);
+    assert_int_equal(m.bytes, 0);
+    assert_int_equal(W.net, 0);
+    assert_int_equal(W.foreign, 0);
+}
+
 /* The reservation made but not writable: it goes, and the block is mapped
  * at its own size, with no reservation. */
 static void test_reservation_not_writable(void **state)
@@ -386,6 +437,37 @@ static void test_move_refused_copies(void **state)
     q[8 * MB - 1] = 9;
     assert_int_equal(m.bytes, 8 * MB);
     W.fail_from[K_MREMAP] = 0;
+    tw__free_res(&m, q, 8 * MB, res);
+    assert_int_equal(m.bytes, 0);
+    assert_int_equal(W.net, 0);
+    assert_int_equal(W.foreign, 0);
+}
+
+/* Past its reservation a block moves by mremap into a new one (under
+ * valgrind, which refuses such a move, it is copied there), and what is
+ * left of the old reservation past the pages that moved is unmapped: the
+ * new reservation is all that stays mapped, and no page that is not the
+ * library's is unmapped. */
+static void test_move_past_reservation(void **state)
+{
+    (void)state;
+    NEED_WRAP();
+    struct tw__mem m = mem_default();
+    size_t res = 0;
+    unsigned char *p = tw__alloc_res(&m, 2 * MB, 6 * MB, &res);
+    assert_non_null(p);
+    assert_int_equal(res, 6 * MB);
+    fill(p, 2 * MB);
+    unsigned char *q = tw__realloc_res(&m, p, 2 * MB, 8 * MB, 2 * MB, 16 * MB, &res);
+    assert_non_null(q);
+    assert_ptr_not_equal(q, p);
+    assert_int_equal(W.calls[K_MREMAP], 1); /* into the fixed place */
+    assert_int_equal(res, 16 * MB);
+    assert_filled(q, 2 * MB);
+    q[8 * MB - 1] = 5;
+    assert_int_equal(m.bytes, 8 * MB);
+    assert_int_equal(W.net, (long long)(16 * MB)); /* the old reservation's 4 MiB left went */
+    assert_int_equal(W.foreign, 0);
     tw__free_res(&m, q, 8 * MB, res);
     assert_int_equal(m.bytes, 0);
     assert_int_equal(W.net, 0);
@@ -612,10 +694,12 @@ int main(void)
     on_valgrind = pre && strstr(pre, "vgpreload");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reserve_unaligned),
+        cmocka_unit_test(test_reserve_trims_to_alignment),
         cmocka_unit_test(test_reservation_not_writable),
         cmocka_unit_test(test_map_refused),
         cmocka_unit_test(test_grow_in_place_refused),
         cmocka_unit_test(test_move_refused_copies),
+        cmocka_unit_test(test_move_past_reservation),
         cmocka_unit_test(test_unreserved_move_refused),
         cmocka_unit_test(test_timer_each_call_refused),
         cmocka_unit_test(test_threaded_each_call_refused),
