@@ -211,9 +211,10 @@ static tw_timer *mk_threaded4(void)
  * (timer.c, pick_shard): so many schedulers rarely share a shard lock,
  * which is what W5's scaling rests on. Four threads, one after the other,
  * each new to every timer, land on four different shards of a 4-shard
- * timer, and each thread's later schedules stay on its shard. (A pick
- * that sent every thread to one shard broke nothing else: every suite
- * passed with it.) */
+ * timer, and each thread's later schedules stay on its shard, by
+ * tw_schedule_at and tw_schedule_every as by tw_schedule. (A pick that
+ * sent every thread to one shard broke nothing else: every suite passed
+ * with it, and with either of those two calls always taking shard 0.) */
 struct shard_probe {
     tw_timer *t;
     tw_id ids[3];
@@ -223,8 +224,10 @@ struct shard_probe {
 static void *probe_shard(void *arg)
 {
     struct shard_probe *sp = arg;
-    for (int k = 0; k < 3; k++)
-        sp->rc[k] = tw_schedule(sp->t, 3600 * SEC, noop_fn, NULL, &sp->ids[k]);
+    sp->rc[0] = tw_schedule(sp->t, 3600 * SEC, noop_fn, NULL, &sp->ids[0]);
+    sp->rc[1] = tw_schedule_at(sp->t, 3600 * SEC, noop_fn, NULL, &sp->ids[1]);
+    sp->rc[2] = tw_schedule_every(sp->t, 3600 * SEC, 3600 * SEC, TW_FIXED_RATE, noop_fn, NULL,
+                                  &sp->ids[2]);
     return NULL;
 }
 
