@@ -286,6 +286,29 @@ static void assert_filled(const unsigned char *p, size_t n)
     assert_int_equal(p[n - 1], 0xA5);
 }
 
+/* A 2 MiB block mapped at the start of a reservation of `want` bytes, and
+ * filled (see fill). */
+static unsigned char *filled_block(struct tw__mem *m, size_t want, size_t *res)
+{
+    *res = 0;
+    unsigned char *p = tw__alloc_res(m, 2 * MB, want, res);
+    assert_non_null(p);
+    assert_int_equal(*res, want);
+    fill(p, 2 * MB);
+    return p;
+}
+
+/* Frees block q (`size` bytes, reservation res): nothing may be left, no
+ * byte counted, no address space mapped, and no page that was not the
+ * library's unmapped. */
+static void free_and_check(struct tw__mem *m, void *q, size_t size, size_t res)
+{
+    tw__free_res(m, q, size, res);
+    assert_int_equal(m->bytes, 0);
+    assert_int_equal(W.net, 0);
+    assert_int_equal(W.foreign, 0);
+}
+
 /* The aligned reservation refused (no room for its slack): an unaligned
  * one of the size asked, still a reservation that grows in place. */
 static void test_reserve_unaligned(void **state)
@@ -306,10 +329,7 @@ static void test_reserve_unaligned(void **state)
     assert_filled(q, 2 * MB);
     q[8 * MB - 1] = 1;
     assert_int_equal(m.bytes, 8 * MB);
-    tw__free_res(&m, q, 8 * MB, res);
-    assert_int_equal(m.bytes, 0);
-    assert_int_equal(W.net, 0);
-    assert_int_equal(W.foreign, 0);
+    free_and_check(&m, q, 8 * MB, res);
 }
 
 /* A reservation placed off a huge-page boundary (by misaligned, above):
@@ -335,10 +355,7 @@ static void test_reserve_trims_to_alignment(void **state)
     assert_ptr_equal(q, p); /* in place, to the reservation's end */
     assert_filled(q, 2 * MB);
     q[64 * MB - 1] = 1;
-    tw__free_res(&m, q, 64 * MB, res);
-    assert_int_equal(m.bytes, 0);
-    assert_int_equal(W.net, 0);
-    assert_int_equal(W.foreign, 0);
+    free_and_check(&m, q, 64 * MB, res);
 }
 
 /* The reservation made but not writable: it goes, and the block is mapped
@@ -358,10 +375,7 @@ static void test_reservation_not_writable(void **state)
     fill(p, 2 * MB);
     assert_int_equal(W.net, (long long)(2 * MB)); /* the reservation went */
     assert_int_equal(W.foreign, 0);
-    tw__free_res(&m, p, 2 * MB, res);
-    assert_int_equal(m.bytes, 0);
-    assert_int_equal(W.net, 0);
-    assert_int_equal(W.foreign, 0);
+    free_and_check(&m, p, 2 * MB, res);
 }
 
 /* Nothing can be mapped: NULL, nothing held. */
@@ -388,11 +402,8 @@ static void test_grow_in_place_refused(void **state)
     (void)state;
     NEED_WRAP();
     struct tw__mem m = mem_default();
-    size_t res = 0;
-    unsigned char *p = tw__alloc_res(&m, 2 * MB, 64 * MB, &res);
-    assert_non_null(p);
-    assert_int_equal(res, 64 * MB);
-    fill(p, 2 * MB);
+    size_t res;
+    unsigned char *p = filled_block(&m, 64 * MB, &res);
     long long net = W.net;
     W.fail_from[K_MPROTECT] = W.calls[K_MPROTECT] + 1;
     assert_null(tw__realloc_res(&m, p, 2 * MB, 4 * MB, 2 * MB, 64 * MB, &res));
@@ -406,10 +417,7 @@ static void test_grow_in_place_refused(void **state)
     assert_ptr_equal(q, p);
     q[4 * MB - 1] = 3;
     assert_int_equal(m.bytes, 4 * MB);
-    tw__free_res(&m, q, 4 * MB, res);
-    assert_int_equal(m.bytes, 0);
-    assert_int_equal(W.net, 0);
-    assert_int_equal(W.foreign, 0);
+    free_and_check(&m, q, 4 * MB, res);
 }
 
 /* Past its reservation a block moves by mremap into a new one. Refused
@@ -420,11 +428,8 @@ static void test_move_refused_copies(void **state)
     (void)state;
     NEED_WRAP();
     struct tw__mem m = mem_default();
-    size_t res = 0;
-    unsigned char *p = tw__alloc_res(&m, 2 * MB, 4 * MB, &res);
-    assert_non_null(p);
-    assert_int_equal(res, 4 * MB);
-    fill(p, 2 * MB);
+    size_t res;
+    unsigned char *p = filled_block(&m, 4 * MB, &res);
     W.fail_from[K_MREMAP] = W.calls[K_MREMAP] + 1;
     unsigned mmaps = W.calls[K_MMAP];
     unsigned char *q = tw__realloc_res(&m, p, 2 * MB, 8 * MB, 2 * MB, 16 * MB, &res);
@@ -437,10 +442,7 @@ static void test_move_refused_copies(void **state)
     q[8 * MB - 1] = 9;
     assert_int_equal(m.bytes, 8 * MB);
     W.fail_from[K_MREMAP] = 0;
-    tw__free_res(&m, q, 8 * MB, res);
-    assert_int_equal(m.bytes, 0);
-    assert_int_equal(W.net, 0);
-    assert_int_equal(W.foreign, 0);
+    free_and_check(&m, q, 8 * MB, res);
 }
 
 /* Past its reservation a block moves by mremap into a new one (under
@@ -453,11 +455,8 @@ static void test_move_past_reservation(void **state)
     (void)state;
     NEED_WRAP();
     struct tw__mem m = mem_default();
-    size_t res = 0;
-    unsigned char *p = tw__alloc_res(&m, 2 * MB, 6 * MB, &res);
-    assert_non_null(p);
-    assert_int_equal(res, 6 * MB);
-    fill(p, 2 * MB);
+    size_t res;
+    unsigned char *p = filled_block(&m, 6 * MB, &res);
     unsigned char *q = tw__realloc_res(&m, p, 2 * MB, 8 * MB, 2 * MB, 16 * MB, &res);
     assert_non_null(q);
     assert_ptr_not_equal(q, p);
@@ -468,10 +467,7 @@ static void test_move_past_reservation(void **state)
     assert_int_equal(m.bytes, 8 * MB);
     assert_int_equal(W.net, (long long)(16 * MB)); /* the old reservation's 4 MiB left went */
     assert_int_equal(W.foreign, 0);
-    tw__free_res(&m, q, 8 * MB, res);
-    assert_int_equal(m.bytes, 0);
-    assert_int_equal(W.net, 0);
-    assert_int_equal(W.foreign, 0);
+    free_and_check(&m, q, 8 * MB, res);
 }
 
 /* A block with no reservation moves by mremap wherever the kernel puts it;
@@ -510,10 +506,7 @@ static void test_unreserved_move_refused(void **state)
     q[4 * MB - 1] = 2;
     assert_int_equal(m.bytes, 4 * MB);
     W.fail_from[K_MREMAP] = 0;
-    tw__free_res(&m, q, 4 * MB, res);
-    assert_int_equal(m.bytes, 0);
-    assert_int_equal(W.net, 0);
-    assert_int_equal(W.foreign, 0);
+    free_and_check(&m, q, 4 * MB, res);
 }
 
 /* ---- through the timer ------------------------------------------------- */
