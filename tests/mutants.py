@@ -29,8 +29,11 @@ the last operand of the `&&` or `||` chain of a line's first `if`), or
 with set 18 reverses a comparison (the first `<`, `<=`, `>` or `>=` of a
 line made `>`, `>=`, `<` or `<=`), or with set 19 forgets a value (a
 one-line declaration's initializer made 0), or with set 20 makes an
-alternative a sequel (the first `else` of a line dropped), in a git
-worktree of HEAD,
+alternative a sequel (the first `else` of a line dropped), or with set
+21 forgets a result (a `return x;` made `return 0;` where x is not a
+constant or an errno), or with set 22 forgets an assigned value (the
+right side of an assignment on its own line made 0), in a git worktree
+of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -135,6 +138,16 @@ SETS = {
     # dropped (`} else {` as `} {`, `} else if (c)` as `} if (c)`): the
     # branch that was the alternative then also runs after the first.
     20: (re.compile(r'\belse\b\s*'), 0, lambda a: ''),
+    # Set 21: a result forgotten, the value of a line's `return x;` made 0
+    # where x is not a constant (set 7 flips those) nor an errno (set 4
+    # makes those 0) and closes on the line: a count, a pointer (made
+    # NULL), an rc passed on. Does some test read each result?
+    21: 'return',
+    # Set 22: a value forgotten, the right side of an assignment standing
+    # on its own line (`x = a + b;`, `p->next = q;`) made 0, where it is
+    # not already 0 or NULL: set 3 keeps the old value, this one writes
+    # the wrong new one; set 19 did the same to declarations.
+    22: 'assign',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -225,15 +238,19 @@ def drop_operand(code, last):
     return col, cond, '(' + (' %s ' % op).join(cond[a:b] for a, b in keep) + ')'
 
 
+RETURNED = re.compile(r'^\s*(?:\}\s*)?(?:(?:if|while)\s*\(.*\)\s*)?return\s+(?!-E[A-Z]+\b)'
+                      r'(?!(?:0|1|true|false|NULL)\s*;)')
+ASSIGNED = re.compile(r'^\s*(?!(?:return|else|case|goto|if|for|while)\b)[\w.>\[\]*()-]+\s*=(?!=)\s*')
 DECLARED = re.compile(r'^\s*(?!(?:return|else|case|goto)\b)(?:\w+\s+)+\**\s*\w+\s*=\s*')
 
 
-def initializer(code):
+def initializer(code, m=False):
     """The column and text of the initializer of the first declarator of a
     one-line declaration (`T x = a, y = b;` gives `a`), or None where the
     line is none, or the value is 0, NULL or a brace list, or it runs on
-    past the line."""
-    m = DECLARED.match(code)
+    past the line. With a match m, the value that starts at m's end
+    instead (sets 21 and 22)."""
+    m = DECLARED.match(code) if m is False else m
     if not m or not code.rstrip().endswith(';'):
         return None
     depth, k = 0, m.end()
@@ -318,8 +335,13 @@ def mutants(top):
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': c[2],
                                 'text': st})
                 continue
-            if OPS == 'init':
-                c = initializer(code)
+            if OPS in ('init', 'return', 'assign'):
+                if OPS == 'init':
+                    c = initializer(code)
+                elif OPS == 'return':
+                    c = initializer(code, RETURNED.match(code))
+                else:
+                    c = not DECLARED.match(code) and initializer(code, ASSIGNED.match(code))
                 if c:
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': '0',
                                 'text': st})
