@@ -396,7 +396,8 @@ TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
 /* Within a tw_drain / tw_stop callback: the `arg` given to that call
  * (tw_stop's callbacks may run on the driver thread: they see it too).
  * Kept per drain, so drains of one timer from several threads at once each
- * see their own. NULL outside a drain of t. */
+ * see their own, and a drain of another timer from within `each` leaves
+ * the outer drain's in place. NULL outside a drain of t. */
 TW_API void *tw_drain_arg(tw_timer *t);
 
 /* Fills *s (all zero when t is NULL; nothing when s is NULL). On a

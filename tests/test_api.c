@@ -1337,6 +1337,61 @@ static void test_drain(void **state)
     tw_destroy(t);
 }
 
+/* A drain of another timer from within a drain's callback: each drain
+ * keeps its own arg, and the outer one's is still there, inside the inner
+ * drain and after it. */
+struct nested_drain {
+    tw_timer *outer, *inner;
+    int outer_ctx, inner_ctx;
+    int outer_calls, inner_calls;
+};
+
+static struct nested_drain *nested;
+
+static void nested_inner_each(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    assert_ptr_equal(t, nested->inner);
+    assert_ptr_equal(tw_drain_arg(nested->inner), &nested->inner_ctx);
+    assert_ptr_equal(tw_drain_arg(nested->outer), &nested->outer_ctx);
+    nested->inner_calls++;
+}
+
+static void nested_outer_each(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    assert_ptr_equal(tw_drain_arg(t), &nested->outer_ctx);
+    if (nested->outer_calls++ == 0) {
+        assert_int_equal(tw_drain(nested->inner, nested_inner_each, &nested->inner_ctx), 2);
+        assert_null(tw_drain_arg(nested->inner)); /* its drain is over */
+    }
+    assert_ptr_equal(tw_drain_arg(t), &nested->outer_ctx); /* still ours */
+}
+
+static void test_drain_nested(void **state)
+{
+    (void)state;
+    struct fake_clock c1, c2;
+    struct nested_drain nd = { .outer = mk(&c1, 0, MS, 64), .inner = mk(&c2, 0, MS, 64) };
+    nested = &nd;
+    int n = 0;
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(tw_schedule(nd.outer, (uint64_t)(k + 1) * MS, count_fn, &n, NULL), 0);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(tw_schedule(nd.inner, (uint64_t)(k + 1) * SEC, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_drain(nd.outer, nested_outer_each, &nd.outer_ctx), 3);
+    assert_int_equal(nd.outer_calls, 3);
+    assert_int_equal(nd.inner_calls, 2);
+    assert_null(tw_drain_arg(nd.outer));
+    assert_int_equal(tw_pending(nd.outer) + tw_pending(nd.inner), 0);
+    assert_int_equal(n, 0); /* handed back, never fired */
+    nested = NULL;
+    tw_destroy(nd.inner);
+    tw_destroy(nd.outer);
+}
+
 /* tw_drain from a periodic task's own callback hands that task back too
  * (it is running, in no list) along with what is pending, and it is not
  * re-armed. */
@@ -1976,6 +2031,7 @@ int main(void)
         cmocka_unit_test(test_next_deadline_loop),
         cmocka_unit_test(test_next_deadline_from_callback),
         cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_drain_nested),
         cmocka_unit_test(test_drain_from_periodic),
         cmocka_unit_test(test_drain_drops_plain_whole),
         cmocka_unit_test(test_destroy_from_callback),
