@@ -447,8 +447,9 @@ TW_API unsigned tw_version(void);
  * Scaling: the timer is split into `shards` engines, each behind its own
  * lock (a futex lock that spins briefly first; uncontended, taking and
  * releasing it are one atomic instruction each); a thread schedules into
- * the shard it was given on first use, and an id names its shard, so
- * concurrent schedulers rarely share a lock. A
+ * the shard it was given on first use (a keyed task, the shard its key
+ * hashes to), and an id names its shard, so concurrent schedulers rarely
+ * share a lock. A
  * threaded schedule reads the clock itself (delays count from the clock,
  * not from the driver's last pass). The driver sleeps until the earliest
  * occupied bucket and never wakes for an empty tick; with nothing due

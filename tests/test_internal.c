@@ -256,6 +256,29 @@ static void test_threads_spread_over_shards(void **state)
     tw_destroy(t);
 }
 
+/* A keyed task's shard comes from its key's hash, not from the thread:
+ * 64 keys scheduled from one thread land on every one of the 4 shards
+ * (the keys' hash is seeded at random, so which key goes where changes
+ * from run to run; all four shards are missed by some key with a
+ * chance of about 4 in 10^8). */
+static void test_keys_spread_over_shards(void **state)
+{
+    (void)state;
+    tw_timer *t = mk_threaded4();
+    unsigned seen = 0;
+    for (int k = 0; k < 64; k++) {
+        char key[16];
+        int len = snprintf(key, sizeof key, "key-%d", k);
+        tw_id id;
+        assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, 3600 * SEC, noop_fn, NULL, &id), 0);
+        seen |= 1u << tw__id_shard(t, id);
+    }
+    assert_int_equal(seen, 0xfu);
+    assert_int_equal(tw_pending(t), 64);
+    assert_int_equal(tw_check(t, stderr), 0);
+    tw_destroy(t);
+}
+
 /* tw_stats' `levels` is the most any shard has made: here a day-long task
  * on a shard other than the last one, whose own wheel stays at one level
  * (a tw_stats that took the last shard's count passed every other test).
@@ -1774,6 +1797,7 @@ int main(void)
         cmocka_unit_test(test_wrap_on_drop),
         cmocka_unit_test(test_wrap_threaded),
         cmocka_unit_test(test_threads_spread_over_shards),
+        cmocka_unit_test(test_keys_spread_over_shards),
         cmocka_unit_test(test_stats_levels_of_all_shards),
         cmocka_unit_test(test_thread_start_fails),
         cmocka_unit_test(test_default_shards_follow_affinity),
