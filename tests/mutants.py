@@ -32,8 +32,9 @@ one-line declaration's initializer made 0), or with set 20 makes an
 alternative a sequel (the first `else` of a line dropped), or with set
 21 forgets a result (a `return x;` made `return 0;` where x is not a
 constant or an errno), or with set 22 forgets an assigned value (the
-right side of an assignment on its own line made 0), in a git worktree
-of HEAD,
+right side of an assignment on its own line made 0), or with set 23
+swaps a call's first two arguments (those of a line's first call with
+two or more), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -148,6 +149,11 @@ SETS = {
     # not already 0 or NULL: set 3 keeps the old value, this one writes
     # the wrong new one; set 19 did the same to declarations.
     22: 'assign',
+    # Set 23: a call's arguments swapped, the first two arguments of a
+    # line's first call with two or more (`memcpy(a, b, n)` as `memcpy(b,
+    # a, n)`), where the call closes on the line: most swaps of unlike
+    # types do not compile; those that do are the ones to see.
+    23: 'swap',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -266,6 +272,49 @@ def initializer(code, m=False):
     return None
 
 
+CALL = re.compile(r'\b(?!(?:if|while|for|switch|return|sizeof|alignof|_Alignof|defined'
+                  r'|__builtin_expect)\b)'
+                  r'[A-Za-z_]\w*\s*\(')
+
+
+def call_arguments(code):
+    """The column and text of the first two arguments of the line's first
+    call that has two or more and closes on the line (from the first to the
+    end of the second), and the same with the two swapped; None where
+    there is none, or the two are the same text. A line at the left margin
+    (a function's head, or a prototype) has none."""
+    if not code[:1].isspace():
+        return None
+    for m in CALL.finditer(code):
+        k = m.end()
+        depth, args, start = 0, [], k
+        for j in range(k, len(code)):
+            ch = code[j]
+            if ch in '([{':
+                depth += 1
+            elif ch in ')]}':
+                if depth == 0:
+                    args.append((start, j))
+                    break
+                depth -= 1
+            elif ch == ',' and depth == 0:
+                args.append((start, j))
+                start = j + 1
+        else:
+            continue  # runs on past the line
+        if len(args) < 2:
+            continue
+        (a0, a1), (b0, b1) = args[0], args[1]
+        a, b = code[a0:a1].strip(), code[b0:b1].strip()
+        if not a or not b or a == b:
+            return None
+        col = a0 + (len(code[a0:a1]) - len(code[a0:a1].lstrip()))
+        end = b0 + len(code[b0:b1].rstrip())
+        text = code[col:end]
+        return col, text, b + text[len(a):len(text) - len(b)] + a
+    return None
+
+
 def ternary_arms(code):
     """The column and text of the two arms of the line's first `c ? a : b`
     (from `a` to the end of `b`) and the same with the arms swapped, or None
@@ -346,8 +395,8 @@ def mutants(top):
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': '0',
                                 'text': st})
                 continue
-            if OPS == 'ternary':
-                c = ternary_arms(code)
+            if OPS in ('ternary', 'swap'):
+                c = ternary_arms(code) if OPS == 'ternary' else call_arguments(code)
                 if c:
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': c[2],
                                 'text': st})
