@@ -1148,6 +1148,30 @@ static int huge_advised(const void *p)
     return hg;
 }
 
+/* A mapping of the test's own, to show that huge-page advice stays
+ * within the block it was meant for: a call with its address and length
+ * swapped advised (from the length taken as an address, for as long as
+ * the address) every mapping from there up to about the block, the
+ * block's included. So it is placed below `above`, the block (the kernel
+ * fills holes, so a plain mapping may land above a block made earlier):
+ * a free 4 MiB within 1 GiB under it, tried 16 MiB at a time. Read-only,
+ * so that the kernel does not merge it with a block's mapping. */
+static void *foreign_map_below(const void *above)
+{
+    uintptr_t top = ((uintptr_t)above & ~(uintptr_t)(TW__HUGE - 1));
+    for (uintptr_t k = 1; k <= 64; k++) {
+        void *want = (void *)(top - k * (16u << 20));
+        void *f = mmap(want, 4u << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                       -1, 0);
+        if (f == want)
+            return f;
+        if (f != MAP_FAILED) /* a kernel before 4.17 takes it for a hint */
+            munmap(f, 4u << 20);
+    }
+    fail_msg("no free 4 MiB within 1 GiB below %p", above);
+    return NULL;
+}
+
 /* valgrind (3.19) emulates mremap itself. Since reservations are 2 MiB
  * aligned, the move below goes (under it) into a reservation that starts
  * where the old one ended, and memcheck then holds the grown part of the
@@ -1180,9 +1204,12 @@ static void test_reserved_block_growth(void **state)
      * them only when told to, and then over the whole reservation */
     assert_int_equal((uintptr_t)p % TW__HUGE, 0);
     assert_int_not_equal(huge_advised(p), 1);
+    void *other = foreign_map_below(p);
     tw__advise_huge(p, res);
     assert_int_not_equal(huge_advised(p), 0);
     assert_int_not_equal(huge_advised(p + 7 * mb), 0); /* the rest, too */
+    assert_int_not_equal(huge_advised(other), 1);      /* and nothing else */
+    munmap(other, 4u << 20);
     memset(p, 0xab, 2 * mb);
 
     unsigned char *q = tw__realloc_res(&m, p, 2 * mb, 6 * mb, 2 * mb, 8 * mb, &res);
@@ -1300,6 +1327,7 @@ static void test_pool_grows_in_place(void **state)
     const struct tw__entry *at = NULL;
     uint32_t grew = 0, cap = 0;
     int fired = 0;
+    void *other = NULL;
     for (uint32_t j = 0; j < 200000; j++) {
         assert_int_equal(tw_schedule(t, SEC + (j % 5000) * MS, count_fn, &fired, NULL), 0);
         size_t block = ((size_t)p->front + p->cap) * sizeof(struct tw__entry);
@@ -1312,8 +1340,12 @@ static void test_pool_grows_in_place(void **state)
             assert_int_equal(p->huge, 0);
         if (sizeof(void *) >= 8) {
             assert_true(p->reserved >= ((size_t)1 << 30));
-            if (!at)
+            if (!at) {
                 at = p->entries;
+                /* mapped below the reservation, before the advice */
+                assert_int_equal(p->huge, 0);
+                other = foreign_map_below(at);
+            }
             assert_ptr_equal(p->entries, at);
         } else {
             assert_int_equal(p->reserved, 0); /* none on a 32-bit target */
@@ -1331,6 +1363,8 @@ static void test_pool_grows_in_place(void **state)
         assert_int_equal(p->huge, 1);
         assert_int_not_equal(huge_advised(p->entries), 0);
         assert_int_not_equal(huge_advised((char *)p->entries + p->reserved - TW__HUGE), 0);
+        assert_int_not_equal(huge_advised(other), 1); /* its own pages only */
+        munmap(other, 4u << 20);
     }
     assert_check(t);
     assert_int_equal(tw_advance(t, 10 * SEC), 200000);
