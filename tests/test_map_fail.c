@@ -467,9 +467,10 @@ static void test_move_past_reservation(void **state)
     free_and_check(&m, q, 8 * MB, res);
 }
 
-/* A block with no reservation moves by mremap wherever the kernel puts it;
- * refused that, it is copied (when there is room for the copy), or, with
- * no room, NULL and the block as it was. */
+/* A block with no reservation moves by mremap wherever the kernel puts it
+ * (its pages, not a copy: no new mapping is made); refused that, it is
+ * copied (when there is room for the copy), or, with no room, NULL and
+ * the block as it was. */
 static void test_unreserved_move_refused(void **state)
 {
     (void)state;
@@ -503,7 +504,20 @@ static void test_unreserved_move_refused(void **state)
     q[4 * MB - 1] = 2;
     assert_int_equal(m.bytes, 4 * MB);
     W.fail_from[K_MREMAP] = 0;
-    free_and_check(&m, q, 4 * MB, res);
+
+    /* nothing refused: the pages move, with no mapping made for a copy */
+    unsigned mmaps = W.calls[K_MMAP], mremaps = W.calls[K_MREMAP];
+    unsigned char *r = tw__realloc_res(&m, q, 4 * MB, 8 * MB, 4 * MB, 8 * MB, &res);
+    assert_non_null(r);
+    assert_int_equal(res, 0);
+    assert_int_equal(W.calls[K_MREMAP], mremaps + 1);
+    assert_int_equal(W.calls[K_MMAP], mmaps);
+    assert_int_equal(W.foreign, 0);
+    assert_filled(r, 2 * MB);
+    assert_int_equal(r[4 * MB - 1], 2);
+    r[8 * MB - 1] = 3;
+    assert_int_equal(m.bytes, 8 * MB);
+    free_and_check(&m, r, 8 * MB, res);
 }
 
 /* ---- through the timer ------------------------------------------------- */
