@@ -34,7 +34,9 @@ alternative a sequel (the first `else` of a line dropped), or with set
 constant or an errno), or with set 22 forgets an assigned value (the
 right side of an assignment on its own line made 0), or with set 23
 swaps a call's first two arguments (those of a line's first call with
-two or more), in a git worktree of HEAD,
+two or more), or with set 24 turns a link round (the first `next` or
+`prev` member of a line made the other), or with set 25 turns a mask
+inside out (the first `~` of a line dropped), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -154,6 +156,13 @@ SETS = {
     # a, n)`), where the call closes on the line: most swaps of unlike
     # types do not compile; those that do are the ones to see.
     23: 'swap',
+    # Set 24: a link turned round, the first `next` or `prev` member of a
+    # line (`->next`, `.prev`) made the other: a list walked or spliced the
+    # wrong way. Singly linked structs have no `prev`: those do not compile.
+    24: (re.compile(r'(?:->|\.)(next|prev)\b'), 1, lambda a: 'prev' if a == 'next' else 'next'),
+    # Set 25: a mask turned inside out, the first bitwise `~` of a line
+    # dropped (`x & ~(a - 1)` as `x & (a - 1)`): an alignment, a bit cleared.
+    25: (re.compile(r'~(?=[\w(])'), 0, lambda a: ''),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
