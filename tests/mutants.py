@@ -36,7 +36,9 @@ right side of an assignment on its own line made 0), or with set 23
 swaps a call's first two arguments (those of a line's first call with
 two or more), or with set 24 turns a link round (the first `next` or
 `prev` member of a line made the other), or with set 25 turns a mask
-inside out (the first `~` of a line dropped), in a git worktree of HEAD,
+inside out (the first `~` of a line dropped), or with set 26 loses a
+widening (the first `(uint64_t)` or `(int64_t)` cast of a line dropped),
+in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -163,6 +165,11 @@ SETS = {
     # Set 25: a mask turned inside out, the first bitwise `~` of a line
     # dropped (`x & ~(a - 1)` as `x & (a - 1)`): an alignment, a bit cleared.
     25: (re.compile(r'~(?=[\w(])'), 0, lambda a: ''),
+    # Set 26: a widening lost, the first `(uint64_t)` or `(int64_t)` cast of
+    # a line dropped: a product or a shift of 32-bit values then wraps, a
+    # signed difference turns unsigned. Does some test reach the values
+    # where the width matters?
+    26: (re.compile(r'\(u?int64_t\)\s*'), 0, lambda a: ''),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
