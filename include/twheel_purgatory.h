@@ -76,7 +76,8 @@ struct tw_purgatory_options {
                                  most 65536; 0 or default: 512 (Kafka's) */
     uint64_t purge_interval;  /* purge completed ops from watch lists once
                                  more than this many are still listed;
-                                 default 1000 (Kafka's) */
+                                 default 1000 (Kafka's); UINT64_MAX: never
+                                 by itself, only tw_purgatory_purge */
 };
 
 /* Fills the defaults (a threaded timer). NULL is a no-op. */

@@ -224,7 +224,11 @@ static bool safe_try_complete(tw_op *op)
 
 static void maybe_purge(tw_purgatory *p)
 {
-    if (atomic_load(&p->stale) <= (int64_t)p->purge_interval)
+    /* The count can dip below 0 for a moment when an entry is dropped
+     * between an op's completion and its adding of its lists; the bound is
+     * compared unsigned, so that one past INT64_MAX is never passed. */
+    int64_t stale = atomic_load(&p->stale);
+    if (stale <= 0 || (uint64_t)stale <= p->purge_interval)
         return;
     if (atomic_exchange(&p->purging, 1))
         return; /* someone else is at it */

@@ -417,6 +417,28 @@ static void test_purge_threshold(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* An interval past INT64_MAX is never passed: completed entries stay
+ * listed until tw_purgatory_purge (the count is signed: a bound cast to it
+ * would turn negative and purge at every check). */
+static void test_purge_interval_past_int64_max(void **state)
+{
+    (void)state;
+    uint64_t big[2] = { UINT64_MAX, (uint64_t)INT64_MAX + 1 };
+    for (int b = 0; b < 2; b++) {
+        tw_purgatory *p = mk_manual(big[b]);
+        struct req r = { 0 };
+        struct tw_key keys[4] = { KEY("k1"), KEY("k2"), KEY("k3"), KEY("k4") };
+        tw_op *y = mk_op(p, &r, 100000 * MS);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, y, keys, 4), 0);
+        assert_true(tw_op_force_complete(y)); /* 4 completed entries listed */
+        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        assert_int_equal(tw_purgatory_watched(p), 4); /* kept */
+        assert_int_equal(tw_purgatory_purge(p), 4);
+        tw_op_release(y);
+        tw_purgatory_destroy(p, NULL, NULL);
+    }
+}
+
 /* Expirations count towards the purge too: a purgatory whose ops only
  * ever time out (no event checks their keys) still purges their entries
  * once more than purge_interval are listed, at the expiration that passes
@@ -1763,6 +1785,7 @@ int main(void)
         cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_purge_threshold),
+        cmocka_unit_test(test_purge_interval_past_int64_max),
         cmocka_unit_test(test_expirations_purge),
         cmocka_unit_test(test_purge_frees_key_room),
         cmocka_unit_test(test_check_removes_emptied_key),
