@@ -38,7 +38,8 @@ two or more), or with set 24 turns a link round (the first `next` or
 `prev` member of a line made the other), or with set 25 turns a mask
 inside out (the first `~` of a line dropped), or with set 26 loses a
 widening (the first `(uint64_t)` or `(int64_t)` cast of a line dropped),
-in a git worktree of HEAD,
+or with set 27 moves a limit in by one (the first `..._MAX` constant of
+a line made one less), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -170,6 +171,12 @@ SETS = {
     # signed difference turns unsigned. Does some test reach the values
     # where the width matters?
     26: (re.compile(r'\(u?int64_t\)\s*'), 0, lambda a: ''),
+    # Set 27: a limit moved in by one, the first `..._MAX` constant of a
+    # line (`UINT64_MAX`, `SIZE_MAX`, `INT_MAX`, ...) made one less: the
+    # off-by-ones sets 9 and 15 make, at the top of a type, where clamps
+    # and "never" markers sit.
+    27: (re.compile(r'\b((?:U?INT(?:8|16|32|64)?|SIZE|U?LONG)_MAX)\b'), 1,
+         lambda a: '(%s - 1)' % a),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
