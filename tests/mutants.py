@@ -39,7 +39,9 @@ two or more), or with set 24 turns a link round (the first `next` or
 inside out (the first `~` of a line dropped), or with set 26 loses a
 widening (the first `(uint64_t)` or `(int64_t)` cast of a line dropped),
 or with set 27 moves a limit in by one (the first `..._MAX` constant of
-a line made one less), in a git worktree of HEAD,
+a line made one less), or with set 28 narrows a value (a declaration
+that starts a line with `uint64_t` made `uint32_t`), in a git worktree
+of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -177,6 +179,12 @@ SETS = {
     # and "never" markers sit.
     27: (re.compile(r'\b((?:U?INT(?:8|16|32|64)?|SIZE|U?LONG)_MAX)\b'), 1,
          lambda a: '(%s - 1)' % a),
+    # Set 28: a value narrowed, a declaration of a line that starts with
+    # `uint64_t` (a local, or a struct's field) made `uint32_t`: does some
+    # test carry each 64-bit value (a deadline in ns, an id, a count, a
+    # size) past 2^32?
+    28: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'uint32_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
