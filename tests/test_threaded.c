@@ -220,6 +220,46 @@ static void test_reschedule_at_earlier_wakes_driver(void **state)
     tw_destroy(t);
 }
 
+/* Ticks past 2^32 (a 1 ms tick past 49.7 days of the clock; 1 us past 72
+ * minutes): a task that makes an earlier bucket wakes the driver
+ * whichever way it arrives (a plain schedule's new bucket, a keyed
+ * schedule, a reschedule), on a clock whose tick count's low word is 50
+ * short of wrapping, so that only a compare of whole ticks sees the new
+ * bucket (10 ms away) before the planned one (an hour away); and, for
+ * contrast, at 1000 s. Awaited in real time, up to 60 s, with no
+ * tw_wake. */
+static void test_earlier_bucket_wakes_driver_past_32_bit_ticks(void **state)
+{
+    (void)state;
+    const uint64_t bases[2] = { 1000 * SEC, ((3ull << 32) - 50) * MS };
+    for (int b = 0; b < 2; b++) {
+        for (int how = 0; how < 3; how++) {
+            struct atomic_clock c;
+            tw_timer *t = mk_fake_at(&c, 0, bases[b]);
+            uint64_t base = bases[b];
+            struct ftask k = { &c, base + 10 * MS, 0, 0 };
+            tw_id id;
+            /* the hour-away task; the one rescheduled when how == 2 */
+            assert_int_equal(tw_schedule_at(t, base + 3600 * SEC, how == 2 ? ftask_fn : noop_fn,
+                                            &k, &id), 0);
+            assert_int_equal(tw_wake(t), 0); /* planned: an hour away */
+            if (how == 0)
+                assert_int_equal(tw_schedule(t, 10 * MS, ftask_fn, &k, NULL), 0);
+            else if (how == 1)
+                assert_int_equal(tw_schedule_keyed(t, "k", 1, 10 * MS, ftask_fn, &k, NULL), 0);
+            else
+                assert_int_equal(tw_reschedule(t, id, 10 * MS), 0);
+            atomic_store(&c.now, base + 10 * MS);
+            spin_until(&k.fired);
+            assert_int_equal(atomic_load(&k.fired), 1);
+            assert_int_equal(atomic_load(&k.early), 0);
+            assert_int_equal(tw_pending(t), how == 2 ? 0 : 1);
+            assert_check(t);
+            tw_destroy(t);
+        }
+    }
+}
+
 static void test_cancel_before_fire(void **state)
 {
     (void)state;
@@ -586,9 +626,14 @@ static void hold_first_fn(tw_timer *t, tw_id id, void *arg)
 static void test_periodic_rearm_on_worker_wakes_driver(void **state)
 {
     (void)state;
-    for (int far = 0; far <= 1; far++) {
+    /* the second clock's tick count has a low word 50 short of wrapping:
+     * only a compare of whole ticks sees the re-armed bucket before the
+     * hour-away one (test_earlier_bucket_wakes_driver_past_32_bit_ticks) */
+    const uint64_t bases[2] = { 1000 * SEC, ((3ull << 32) - 50) * MS };
+    for (int run = 0; run < 4; run++) {
+        int far = run & 1;
         struct atomic_clock c;
-        tw_timer *t = mk_fake(&c, 1);
+        tw_timer *t = mk_fake_at(&c, 1, bases[run >> 1]);
         uint64_t base = atomic_load(&c.now);
         struct job_rec p = { 0 };
         tw_id pid;
@@ -1556,7 +1601,8 @@ static void slow_fn(tw_timer *t, tw_id id, void *arg)
 /* The lateness percentiles, threaded, on the driver (workers = 0: each
  * shard's histogram) and on a worker (the runtime's own, summed in by
  * tw_stats): three tasks fire on time and one 999 ms late in one pass,
- * so p50 is 0 while p99 and the maximum are the late one's. */
+ * so p50 is 0 while p99 and the maximum are the late one's; and one
+ * task 5 s late, past what 32 bits of ns hold. */
 static void test_lateness_percentiles_threaded(void **state)
 {
     (void)state;
@@ -1603,6 +1649,21 @@ static void test_lateness_percentiles_threaded(void **state)
         assert_int_equal(s.late_max_ns, SEC - MS);
         assert_int_equal(s.late_p50_ns, 0);
         tw_destroy(t);
+
+        /* a lateness past 2^32 ns (4.3 s): one task 5 s late */
+        t = mk_fake(&c, workers);
+        base = atomic_load(&c.now);
+        atomic_store(&n, 0);
+        assert_int_equal(tw_schedule_at(t, base + MS, count_atomic_fn, &n, NULL), 0);
+        atomic_store(&c.now, base + MS + 5 * SEC);
+        assert_int_equal(tw_wake(t), 0);
+        for (int ms = 0; ms < 60000 && atomic_load(&n) < 1; ms++)
+            usleep(1000);
+        assert_int_equal(atomic_load(&n), 1);
+        tw_stats(t, &s);
+        assert_int_equal(s.late_max_ns, 5 * SEC);
+        assert_int_equal(s.late_p99_ns, 5 * SEC);
+        tw_destroy(t);
     }
 }
 
@@ -1644,6 +1705,7 @@ int main(void)
         cmocka_unit_test(test_driver_sleeps_behind_monotonic),
         cmocka_unit_test(test_reschedule_earlier_wakes_driver),
         cmocka_unit_test(test_reschedule_at_earlier_wakes_driver),
+        cmocka_unit_test(test_earlier_bucket_wakes_driver_past_32_bit_ticks),
         cmocka_unit_test(test_cancel_before_fire),
         cmocka_unit_test(test_driver_spreads_cascade),
         cmocka_unit_test(test_periodic_threaded),
