@@ -77,10 +77,22 @@ static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,
     return mk_fake_sharded(c, workers, start, 0);
 }
 
-/* The same on a clock set to 1000 s. */
+/* Where mk_fake's clock starts: at 1000 s, or, with TW_TEST_CLOCK=late
+ * (meson's threaded_late_clock), at a moment whose count of 1 ms ticks is
+ * past 2^32, its low word 50 short of wrapping, as a driver's is past
+ * 49.7 days of CLOCK_MONOTONIC: there, a tick kept in 32 bits anywhere
+ * is seen. */
+#define TW_LATE_CLOCK (((3ull << 32) - 50) * MS)
+static inline uint64_t fake_start(void)
+{
+    const char *v = getenv("TW_TEST_CLOCK");
+    return v && !strcmp(v, "late") ? TW_LATE_CLOCK : 1000 * SEC;
+}
+
+/* The same on a clock set to fake_start(). */
 static inline tw_timer *mk_fake(struct atomic_clock *c, uint32_t workers)
 {
-    return mk_fake_at(c, workers, 1000 * SEC);
+    return mk_fake_at(c, workers, fake_start());
 }
 
 /* The process's threads whose name starts with prefix ("": all of them),

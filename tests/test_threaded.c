@@ -231,7 +231,7 @@ static void test_reschedule_at_earlier_wakes_driver(void **state)
 static void test_earlier_bucket_wakes_driver_past_32_bit_ticks(void **state)
 {
     (void)state;
-    const uint64_t bases[2] = { 1000 * SEC, ((3ull << 32) - 50) * MS };
+    const uint64_t bases[2] = { 1000 * SEC, TW_LATE_CLOCK };
     for (int b = 0; b < 2; b++) {
         for (int how = 0; how < 3; how++) {
             struct atomic_clock c;
@@ -290,8 +290,10 @@ static void test_driver_spreads_cascade(void **state)
     (void)state;
     enum { BIG = 3000, BEATS = 192 };
     struct atomic_clock c;
-    tw_timer *t = mk_fake(&c, 0);
-    uint64_t base = atomic_load(&c.now); /* 10^6 ms: a level-1 block starts */
+    /* at 1000 s whatever TW_TEST_CLOCK says: 10^6 ms, where a level-1
+     * block starts, which the figures below count on */
+    tw_timer *t = mk_fake_at(&c, 0, 1000 * SEC);
+    uint64_t base = atomic_load(&c.now);
     static struct ftask big[BIG], beat[BEATS];
     for (int i = 0; i < BIG; i++) {
         /* level 1's bucket [128, 192) ms: level 0 takes the first 128 */
@@ -629,7 +631,7 @@ static void test_periodic_rearm_on_worker_wakes_driver(void **state)
     /* the second clock's tick count has a low word 50 short of wrapping:
      * only a compare of whole ticks sees the re-armed bucket before the
      * hour-away one (test_earlier_bucket_wakes_driver_past_32_bit_ticks) */
-    const uint64_t bases[2] = { 1000 * SEC, ((3ull << 32) - 50) * MS };
+    const uint64_t bases[2] = { 1000 * SEC, TW_LATE_CLOCK };
     for (int run = 0; run < 4; run++) {
         int far = run & 1;
         struct atomic_clock c;
