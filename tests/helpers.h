@@ -78,10 +78,10 @@ static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,
 }
 
 /* Where mk_fake's clock starts: at 1000 s, or, with TW_TEST_CLOCK=late
- * (meson's threaded_late_clock), at a moment whose count of 1 ms ticks is
- * past 2^32, its low word 50 short of wrapping, as a driver's is past
- * 49.7 days of CLOCK_MONOTONIC: there, a tick kept in 32 bits anywhere
- * is seen. */
+ * (meson's threaded_late_clock and purgatory_late_clock), at a moment
+ * whose count of 1 ms ticks is past 2^32, its low word 50 short of
+ * wrapping, as a driver's is past 49.7 days of CLOCK_MONOTONIC: there, a
+ * tick kept in 32 bits anywhere is seen. */
 #define TW_LATE_CLOCK (((3ull << 32) - 50) * MS)
 static inline uint64_t fake_start(void)
 {

@@ -84,7 +84,8 @@ static tw_purgatory *mk_counted(struct count_alloc *a, uint32_t shards)
 
 /* tp: a threaded purgatory, callbacks on `workers` (0: the driver), of
  * `shards` timer shards (0: the default), on the real clock or (c not
- * NULL) on c, set to 1000 s. */
+ * NULL) on c, set to fake_start() (helpers.h: 1000 s, or past 2^32 ticks
+ * under purgatory_late_clock). */
 static tw_purgatory *tp;
 
 static void mk_threaded(uint64_t purge_interval, uint32_t workers, uint32_t shards,
@@ -96,7 +97,7 @@ static void mk_threaded(uint64_t purge_interval, uint32_t workers, uint32_t shar
     o.timer.workers = workers;
     o.timer.shards = shards;
     if (c) {
-        atomic_store(&c->now, 1000 * SEC);
+        atomic_store(&c->now, fake_start());
         atomic_store(&c->reads, 0);
         o.timer.clock = atomic_clock_read;
         o.timer.clock_ctx = c;
@@ -1565,7 +1566,7 @@ static void test_cancel_races_submission(void **state)
     assert_int_equal(atomic_load(&cplan.next) >= COPS, 1);
     /* time jumps past every timeout: what is still delayed fires */
     uint64_t delayed = tw_purgatory_delayed(tp);
-    atomic_store(&c.now, 1000 * SEC + 10 * MS);
+    atomic_store(&c.now, fake_start() + 10 * MS);
     assert_int_equal(tw_wake(tw_purgatory_timer(tp)), 0);
     for (int spin = 0; spin < 20000 && tw_purgatory_delayed(tp); spin++)
         usleep(500);
@@ -1654,7 +1655,7 @@ static void test_cancel_after_driver_took(void **state)
             assert_int_equal(tw_op_create(tp, &pair_ops, &pairs[i], 5 * MS, &op[i]), 0);
             assert_int_equal(tw_purgatory_try_complete_else_watch(tp, op[i], &keys[i], 1), 0);
         }
-        atomic_store(&c.now, 1000 * SEC + 5 * MS);
+        atomic_store(&c.now, fake_start() + 5 * MS);
         int unfinished = 0;
         if (!stop) {
             assert_int_equal(tw_wake(tw_purgatory_timer(tp)), 0); /* both ran */
