@@ -40,8 +40,9 @@ inside out (the first `~` of a line dropped), or with set 26 loses a
 widening (the first `(uint64_t)` or `(int64_t)` cast of a line dropped),
 or with set 27 moves a limit in by one (the first `..._MAX` constant of
 a line made one less), or with set 28 narrows a value (a declaration
-that starts a line with `uint64_t` made `uint32_t`), in a git worktree
-of HEAD,
+that starts a line with `uint64_t` made `uint32_t`), or with set 29 one
+width down (`uint32_t` made `uint16_t`), or with set 30 narrows a size
+(`size_t` made `uint16_t`), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -185,6 +186,17 @@ SETS = {
     # size) past 2^32?
     28: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'uint32_t'),
+    # Set 29: set 28 one width down, a declaration that starts a line with
+    # `uint32_t` made `uint16_t`: does some test carry each slot, tick,
+    # generation, count or mask past 65535? A million pending timers do.
+    29: (re.compile(r'^\s+(?:const\s+)?(uint32_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'uint16_t'),
+    # Set 30: a size narrowed, a declaration that starts a line with
+    # `size_t` made `uint16_t` (made `uint32_t` it would need a 4 GiB
+    # value to show): does some test size a pool, a mapping or a count of
+    # keys past 64 KiB?
+    30: (re.compile(r'^\s+(?:const\s+)?(size_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'uint16_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
