@@ -1997,6 +1997,227 @@ static void test_growth_both_allocators(void **state)
     assert_int_equal(a.live, 0);
 }
 
+/* ---- past 16 bits ------------------------------------------------------
+ * Counts and indices that a timer of a million tasks carries past 65,535,
+ * tried at 70,000: a local or a field kept in 16 bits anywhere on these
+ * paths is seen (mutants.py, set 29). */
+enum { PAST16 = 70000 };
+
+/* Counts each firing or handing back of its task in the byte arg points to. */
+static void mark_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (*(unsigned char *)arg)++;
+}
+
+/* More keyed tasks than 2^15 in one engine: the key map grows past 65,536
+ * slots and the tasks' slots pass 65,535. Every key is found by tw_check's
+ * walk of the whole map, cancelled by its key or by its id, and the rest
+ * fire once each. */
+static void test_keys_past_16_bits(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    tw_id *ids = malloc(PAST16 * sizeof(*ids));
+    unsigned char *hit = calloc(PAST16, 1);
+    assert_non_null(ids);
+    assert_non_null(hit);
+    char key[16];
+    for (int k = 0; k < PAST16; k++) {
+        int len = snprintf(key, sizeof key, "key%d", k);
+        assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, (uint64_t)(k % 1000 + 1) * MS,
+                                           mark_fn, &hit[k], &ids[k]),
+                         0);
+    }
+    assert_int_equal(tw_pending(t), PAST16);
+    assert_check(t);
+    int left = 0;
+    for (int k = 0; k < PAST16; k++) {
+        int len = snprintf(key, sizeof key, "key%d", k);
+        if (k % 3 == 0)
+            assert_int_equal(tw_cancel(t, ids[k]), 0);
+        else if (k % 3 == 1)
+            assert_int_equal(tw_cancel_keyed(t, key, (size_t)len), 0);
+        else
+            left++;
+    }
+    assert_int_equal(tw_pending(t), left);
+    assert_check(t);
+    for (int k = 0; k < PAST16; k++) {
+        int len = snprintf(key, sizeof key, "key%d", k);
+        assert_int_equal(tw_cancel_keyed(t, key, (size_t)len), k % 3 == 2 ? 0 : -ENOENT);
+        if (k % 3 == 2) /* and again, to fire */
+            assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, (uint64_t)(k % 1000 + 1) * MS,
+                                               mark_fn, &hit[k], &ids[k]),
+                             0);
+    }
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 1000 * MS), left);
+    for (int k = 0; k < PAST16; k++)
+        assert_int_equal(hit[k], k % 3 == 2);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+    free(ids);
+    free(hit);
+}
+
+
+/* Schedules PAST16 plain tasks, task k marking hit[k], due over 5 s. */
+static void schedule_past16(tw_timer *t, unsigned char *hit, tw_id *ids)
+{
+    for (int k = 0; k < PAST16; k++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(k % 5000 + 1) * MS, mark_fn, &hit[k],
+                                     ids ? &ids[k] : NULL),
+                         0);
+    assert_int_equal(tw_pending(t), PAST16);
+}
+
+/* A drain of more than 65,535 tasks: dropped whole (each NULL), then
+ * handed back one by one, each task's own arg, from slots past 65,535;
+ * both return the full count. */
+static void test_drain_past_16_bits(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    unsigned char *hit = calloc(PAST16, 1);
+    assert_non_null(hit);
+    schedule_past16(t, hit, NULL);
+    assert_int_equal(tw_drain(t, NULL, NULL), PAST16);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.drained, PAST16);
+    assert_check(t);
+    schedule_past16(t, hit, NULL);
+    assert_int_equal(tw_drain(t, mark_fn, NULL), PAST16);
+    for (int k = 0; k < PAST16; k++)
+        assert_int_equal(hit[k], 1);
+    tw_stats(t, &s);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.drained, 2 * PAST16);
+    assert_int_equal(tw_advance(t, 10 * SEC), 0);
+    assert_check(t);
+    tw_destroy(t);
+    free(hit);
+}
+
+/* Slots past 65,535 go through the free list's blocks and, once the timer
+ * has emptied, its rewind; nothing grows, each task fires once. Then one
+ * slot taken and freed 20,000 times (its generation past 2^16): still
+ * reused, never retired (only a wrap of the full 32 bits retires). */
+static void test_slots_past_16_bits(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    tw_id *ids = malloc(PAST16 * sizeof(*ids));
+    unsigned char *hit = calloc(PAST16, 1);
+    assert_non_null(ids);
+    assert_non_null(hit);
+    schedule_past16(t, hit, ids);
+    /* cancelled in a stride across the pool: the blocks hold slots from
+     * all over it */
+    for (int k = 0, j = 0; k < PAST16; k++, j = (j + 7919) % PAST16)
+        assert_int_equal(tw_cancel(t, ids[j]), 0);
+    struct tw_stats s0, s;
+    tw_stats(t, &s0);
+    assert_int_equal(s0.pending, 0);
+    schedule_past16(t, hit, ids); /* from the blocks */
+    tw_stats(t, &s);
+    assert_int_equal(s.memory_bytes, s0.memory_bytes);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 5 * SEC), PAST16); /* empties: rewinds */
+    for (int k = 0; k < PAST16; k++)
+        assert_int_equal(hit[k], 1);
+    schedule_past16(t, hit, ids); /* from the rewound slots */
+    tw_stats(t, &s);
+    assert_int_equal(s.memory_bytes, s0.memory_bytes);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 10 * SEC), PAST16);
+    for (int k = 0; k < PAST16; k++)
+        assert_int_equal(hit[k], 2);
+    int n = 0;
+    for (int k = 0; k < 20000; k++) {
+        assert_int_equal(tw_schedule(t, MS, count_fn, &n, NULL), 0);
+        assert_int_equal(tw_advance(t, tw_now(t) + MS), 1);
+    }
+    assert_int_equal(n, 20000);
+    tw_stats(t, &s);
+    assert_int_equal(s.retired_slots, 0);
+    assert_int_equal(s.memory_bytes, s0.memory_bytes);
+    assert_check(t);
+    tw_destroy(t);
+    free(ids);
+    free(hit);
+}
+
+/* Fires in order of deadline, never early, and checks that each firing
+ * has the earliest deadline left: arg is the task's deadline cell. */
+struct dq_fire {
+    uint64_t last;
+    long fired;
+};
+static struct dq_fire dqf;
+static void dq_fire_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    uint64_t d = *(uint64_t *)arg;
+    assert_true(tw_now(t) >= d);
+    assert_true(d >= dqf.last);
+    dqf.last = d;
+    dqf.fired++;
+}
+
+/* A delay queue of more than 2^15 buckets (a sift from a node past 32,767
+ * has children past 65,535): wheel_size 4096 and a 1 ns tick, with a task
+ * in every bucket the 2W blocks of levels 0 to 4 give, about 41,000. The
+ * heap keeps its order (tw_check), and the buckets come due in deadline
+ * order as the clock jumps from one to the next. */
+static void test_delay_queue_past_16_bits(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, 1, TW_MAX_WHEEL_SIZE);
+    enum { MAXN = 50000 };
+    uint64_t *dl = malloc(MAXN * sizeof(*dl));
+    assert_non_null(dl);
+    long n = 0;
+    uint64_t queued = 0;
+    /* deadlines j * 4096^k: kept where they started a bucket of their own */
+    for (int k = 0; k < 5; k++) {
+        uint64_t unit = (uint64_t)1 << (12 * k);
+        for (uint64_t j = 1; j < 2 * TW_MAX_WHEEL_SIZE && n < MAXN; j++) {
+            dl[n] = j * unit;
+            tw_id id;
+            assert_int_equal(tw_schedule_at(t, dl[n], dq_fire_fn, &dl[n], &id), 0);
+            struct tw_stats s;
+            tw_stats(t, &s);
+            if (s.queued_buckets > queued) {
+                queued = s.queued_buckets;
+                n++;
+            } else {
+                assert_int_equal(tw_cancel(t, id), 0);
+            }
+        }
+    }
+    assert_true(queued > 40000);
+    assert_int_equal(tw_pending(t), n);
+    assert_check(t);
+    memset(&dqf, 0, sizeof dqf);
+    uint64_t next;
+    while (tw_next_deadline(t, &next) == 0)
+        assert_true(tw_advance(t, next) >= 0);
+    assert_int_equal(dqf.fired, n);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+    free(dl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2041,6 +2262,10 @@ int main(void)
         cmocka_unit_test(test_cancelled_not_cascaded),
         cmocka_unit_test(test_growth_both_allocators),
         cmocka_unit_test(test_peak_kept_and_reused),
+        cmocka_unit_test(test_keys_past_16_bits),
+        cmocka_unit_test(test_drain_past_16_bits),
+        cmocka_unit_test(test_slots_past_16_bits),
+        cmocka_unit_test(test_delay_queue_past_16_bits),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

@@ -1097,6 +1097,101 @@ static void test_long_list_all_completed(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A manual purgatory of one watch shard: every key in one table. */
+static tw_purgatory *mk_one_shard(uint64_t purge_interval)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.shards = 1;
+    o.purge_interval = purge_interval;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    return p;
+}
+
+static void count_each(tw_op *op, void *arg)
+{
+    struct req *r = tw_op_ctx(op);
+    atomic_fetch_add(&r->handed_live, 1);
+    (*(long *)arg)++;
+}
+
+/* Counts past 16 bits (mutants.py, set 29), at 70,000: one key watched by
+ * that many ops (its list grows past 65,536, a check compacts it keeping
+ * all but one, cancel_key hands them all over, a purge drops them all),
+ * and one op watching that many keys, in one shard's table (which grows
+ * past 65,536 buckets), whose completion makes them all stale and so
+ * passes a purge_interval above 65,535. */
+static void test_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    tw_purgatory *p = mk_one_shard(UINT64_MAX);
+    struct req *r = calloc(N, sizeof(*r));
+    tw_op **ops = calloc(N, sizeof(*ops));
+    assert_non_null(r);
+    assert_non_null(ops);
+    struct tw_key hot = KEY("hot"), warm = KEY("warm");
+    for (int i = 0; i < N; i++) {
+        ops[i] = mk_op(p, &r[i], SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, ops[i], &hot, 1), 0);
+    }
+    assert_int_equal(tw_purgatory_watched(p), N);
+    assert_true(tw_op_force_complete(ops[0]));
+    assert_int_equal(tw_purgatory_check_and_complete(p, "hot", 3), 0); /* compacts */
+    assert_int_equal(tw_purgatory_watched(p), N - 1);
+    long each = 0;
+    assert_int_equal(tw_purgatory_cancel_key(p, "hot", 3, count_each, &each), N - 1);
+    assert_int_equal(each, N - 1);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(atomic_load(&r[i].handed_live), i > 0);
+        assert_int_equal(atomic_load(&r[i].completed), i == 0);
+        tw_op_release(ops[i]);
+    }
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+
+    memset(r, 0, N * sizeof(*r));
+    for (int i = 0; i < N; i++) {
+        ops[i] = mk_op(p, &r[i], SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, ops[i], &warm, 1), 0);
+        assert_true(tw_op_force_complete(ops[i])); /* completed, still listed */
+        tw_op_release(ops[i]);
+    }
+    assert_int_equal(tw_purgatory_watched(p), N);
+    assert_int_equal(tw_purgatory_purge(p), N);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+
+    /* one op, N keys: completed, its N listings are stale, past the
+     * interval of N - 1000 */
+    p = mk_one_shard(N - 1000);
+    struct tw_key *keys = calloc(N, sizeof(*keys));
+    char *names = calloc(N, 8);
+    assert_non_null(keys);
+    assert_non_null(names);
+    for (int i = 0; i < N; i++) {
+        keys[i].data = names + 8 * i;
+        keys[i].len = (size_t)snprintf(names + 8 * i, 8, "k%d", i);
+    }
+    memset(r, 0, sizeof(*r));
+    tw_op *op = mk_op(p, &r[0], SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, N), 0);
+    assert_int_equal(tw_purgatory_watched(p), N);
+    assert_true(tw_op_force_complete(op));
+    assert_int_equal(tw_purgatory_watched(p), N); /* a check purges */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(atomic_load(&r[0].completed), 1);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+    free(keys);
+    free(names);
+    free(ops);
+    free(r);
+}
+
 /* A check whose snapshot of a long list cannot be allocated tries
  * nothing: -ENOMEM, no op tried or completed, the list intact; called
  * again it completes them. */
@@ -1799,6 +1894,7 @@ int main(void)
         cmocka_unit_test(test_errors_and_alloc_failure),
         cmocka_unit_test(test_completed_ops_are_purged),
         cmocka_unit_test(test_long_list_all_completed),
+        cmocka_unit_test(test_past_16_bits),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
         cmocka_unit_test(test_completed_while_scheduling),
         cmocka_unit_test(test_cancelled_while_submitting),

@@ -449,6 +449,40 @@ static void reentry_fn(tw_timer *t, tw_id id, void *arg)
 /* tw_stop and tw_wake from a callback are refused; tw_destroy of the
  * timer, still running, then stops it: its driver and workers are gone
  * when it returns. */
+static void mark_handed(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    (*(unsigned char *)arg)++;
+}
+
+/* A stop that hands back more than 65,535 tasks, dropped whole or one by
+ * one, each its own arg: the count it returns is all of them. */
+static void test_stop_hands_back_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    unsigned char *hit = calloc(N, 1);
+    assert_non_null(hit);
+    for (int each = 0; each < 2; each++) {
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, 0);
+        for (int k = 0; k < N; k++)
+            assert_int_equal(tw_schedule(t, (uint64_t)(k % 1000 + 1) * SEC, mark_handed, &hit[k],
+                                         NULL),
+                             0);
+        assert_int_equal(tw_stop(t, each ? mark_handed : NULL, NULL), N);
+        for (int k = 0; k < N; k++)
+            assert_int_equal(hit[k], each);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.drained, N);
+        assert_int_equal(s.pending, 0);
+        tw_destroy(t);
+    }
+    free(hit);
+}
+
 static void test_stop_from_callback(void **state)
 {
     (void)state;
@@ -1709,6 +1743,7 @@ int main(void)
         cmocka_unit_test(test_periodic_threaded),
         cmocka_unit_test(test_periodic_end_of_time_threaded),
         cmocka_unit_test(test_stop_hands_back),
+        cmocka_unit_test(test_stop_hands_back_past_16_bits),
         cmocka_unit_test(test_stop_from_callback),
         cmocka_unit_test(test_periodic_rearm_on_worker_wakes_driver),
         cmocka_unit_test(test_cancel_taken_periodic),
