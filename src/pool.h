@@ -299,9 +299,10 @@ _Static_assert(sizeof(struct tw__free_block) == sizeof(struct tw__entry),
 /* A block lies over its head slot's entry, and an id's check reads that
  * slot's generation through the entry: the two must be one field. (The
  * size alone cannot tell: aligned(4) rounds a block two bytes short up.) */
-_Static_assert(offsetof(struct tw__free_block, gen) == offsetof(struct tw__entry, gen) &&
-                   sizeof(((struct tw__free_block *)0)->gen) == sizeof(((struct tw__entry *)0)->gen),
+_Static_assert(offsetof(struct tw__free_block, gen) == offsetof(struct tw__entry, gen),
                "a block's head keeps its entry's generation in place");
+_Static_assert(sizeof(((struct tw__free_block *)0)->gen) == sizeof(((struct tw__entry *)0)->gen),
+               "a block's head keeps its entry's whole generation");
 
 TW__POOL_HOT struct tw__free_block *tw__pool_block(const struct tw__pool *p, uint32_t i)
 {
