@@ -42,7 +42,8 @@ or with set 27 moves a limit in by one (the first `..._MAX` constant of
 a line made one less), or with set 28 narrows a value (a declaration
 that starts a line with `uint64_t` made `uint32_t`), or with set 29 one
 width down (`uint32_t` made `uint16_t`), or with set 30 narrows a size
-(`size_t` made `uint16_t`), in a git worktree of HEAD,
+(`size_t` made `uint16_t`), or with set 31 a signed value (`int` or
+`long` made `int16_t`), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -197,6 +198,12 @@ SETS = {
     # keys past 64 KiB?
     30: (re.compile(r'^\s+(?:const\s+)?(size_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'uint16_t'),
+    # Set 31: a signed value narrowed, a declaration that starts a line
+    # with `int` or `long` made `int16_t`: most hold a return code or a
+    # flag, which fit; the counts among them (tasks fired in one call, a
+    # list's length) must be carried past 32,767 by some test.
+    31: (re.compile(r'^\s+(?:const\s+)?(int|long)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'int16_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
