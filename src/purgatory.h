@@ -88,7 +88,7 @@ void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key);
 long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, size_t cap,
                   tw_op ***out);
 /* Drops completed ops from key's list; removes the key if left empty. */
-size_t tw__compact_key(tw_purgatory *p, const void *key, size_t len);
+void tw__compact_key(tw_purgatory *p, const void *key, size_t len);
 /* Detaches key's list and returns it (the caller owns it), or NULL. */
 struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len);
 void tw__free_watcher(tw_purgatory *p, struct tw__watcher *w);

@@ -252,14 +252,14 @@ static size_t compact(struct tw__watcher *w)
     return gone;
 }
 
-size_t tw__compact_key(tw_purgatory *p, const void *key, size_t len)
+void tw__compact_key(tw_purgatory *p, const void *key, size_t len)
 {
     struct tw__wshard *s;
     struct tw__watcher *w = lock_key(p, key, len, &s, NULL);
-    size_t gone = w ? compact(w) : 0;
+    if (w)
+        compact(w);
     drop_if_empty(p, s, w);
     pthread_mutex_unlock(&s->lock);
-    return gone;
 }
 
 struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len)
