@@ -1097,12 +1097,14 @@ static void test_long_list_all_completed(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
-/* A manual purgatory of one watch shard: every key in one table. */
-static tw_purgatory *mk_one_shard(uint64_t purge_interval)
+/* A manual purgatory of one watch shard (every key in one table), its
+ * allocations counted in a. */
+static tw_purgatory *mk_one_shard(uint64_t purge_interval, struct count_alloc *a)
 {
     struct tw_purgatory_options o;
     tw_purgatory_options_init(&o);
     o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.allocator = counting(a);
     o.shards = 1;
     o.purge_interval = purge_interval;
     tw_purgatory *p;
@@ -1117,17 +1119,19 @@ static void count_each(tw_op *op, void *arg)
     (*(long *)arg)++;
 }
 
-/* Counts past 16 bits (mutants.py, set 29), at 70,000: one key watched by
- * that many ops (its list grows past 65,536, a check compacts it keeping
- * all but one, cancel_key hands them all over, a purge drops them all),
- * and one op watching that many keys, in one shard's table (which grows
- * past 65,536 buckets), whose completion makes them all stale and so
- * passes a purge_interval above 65,535. */
+/* Counts past 16 bits (mutants.py, sets 29 to 31), at 70,000: one key
+ * watched by that many ops (its list grows past 65,536, a check compacts
+ * it keeping all but one, cancel_key hands them all over, a check
+ * completes them all, a purge drops them all), and one op watching that
+ * many keys, in one shard's table (which grows past 65,536 buckets),
+ * whose completion makes them all stale and so passes a purge_interval
+ * above 65,535. Nothing is left allocated: no reference is lost. */
 static void test_past_16_bits(void **state)
 {
     (void)state;
     enum { N = 70000 };
-    tw_purgatory *p = mk_one_shard(UINT64_MAX);
+    struct count_alloc a = { 0 };
+    tw_purgatory *p = mk_one_shard(UINT64_MAX, &a);
     struct req *r = calloc(N, sizeof(*r));
     tw_op **ops = calloc(N, sizeof(*ops));
     assert_non_null(r);
@@ -1152,6 +1156,21 @@ static void test_past_16_bits(void **state)
     assert_int_equal(tw_purgatory_watched(p), 0);
     assert_int_equal(tw_purgatory_delayed(p), 0);
 
+    struct tw_key cold = KEY("cold");
+    memset(r, 0, N * sizeof(*r));
+    for (int i = 0; i < N; i++) {
+        tw_op *op = mk_op(p, &r[i], SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &cold, 1), 0);
+        tw_op_release(op);
+    }
+    for (int i = 0; i < N; i++)
+        atomic_store(&r[i].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "cold", 4), N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(atomic_load(&r[i].completed), 1);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+
     memset(r, 0, N * sizeof(*r));
     for (int i = 0; i < N; i++) {
         ops[i] = mk_op(p, &r[i], SEC);
@@ -1163,10 +1182,11 @@ static void test_past_16_bits(void **state)
     assert_int_equal(tw_purgatory_purge(p), N);
     assert_int_equal(tw_purgatory_watched(p), 0);
     tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
 
     /* one op, N keys: completed, its N listings are stale, past the
      * interval of N - 1000 */
-    p = mk_one_shard(N - 1000);
+    p = mk_one_shard(N - 1000, &a);
     struct tw_key *keys = calloc(N, sizeof(*keys));
     char *names = calloc(N, 8);
     assert_non_null(keys);
@@ -1186,6 +1206,7 @@ static void test_past_16_bits(void **state)
     assert_int_equal(atomic_load(&r[0].completed), 1);
     tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
     free(keys);
     free(names);
     free(ops);
