@@ -2000,7 +2000,7 @@ static void test_growth_both_allocators(void **state)
 /* ---- past 16 bits ------------------------------------------------------
  * Counts and indices that a timer of a million tasks carries past 65,535,
  * tried at 70,000: a local or a field kept in 16 bits anywhere on these
- * paths is seen (mutants.py, set 29). */
+ * paths is seen (mutants.py, sets 29 and 30). */
 enum { PAST16 = 70000 };
 
 /* Counts each firing or handing back of its task in the byte arg points to. */
@@ -2063,7 +2063,6 @@ static void test_keys_past_16_bits(void **state)
     free(ids);
     free(hit);
 }
-
 
 /* Schedules PAST16 plain tasks, task k marking hit[k], due over 5 s. */
 static void schedule_past16(tw_timer *t, unsigned char *hit, tw_id *ids)
@@ -2155,8 +2154,9 @@ static void test_slots_past_16_bits(void **state)
     free(hit);
 }
 
-/* Fires in order of deadline, never early, and checks that each firing
- * has the earliest deadline left: arg is the task's deadline cell. */
+/* Checks a firing of test_delay_queue_past_16_bits, whose clock moves
+ * to each next deadline on a 1 ns tick: never early, at most a tick late,
+ * in deadline order. arg points to the task's deadline. */
 struct dq_fire {
     uint64_t last;
     long fired;
@@ -2167,6 +2167,7 @@ static void dq_fire_fn(tw_timer *t, tw_id id, void *arg)
     (void)id;
     uint64_t d = *(uint64_t *)arg;
     assert_true(tw_now(t) >= d);
+    assert_true(tw_now(t) - d <= 1);
     assert_true(d >= dqf.last);
     dqf.last = d;
     dqf.fired++;
