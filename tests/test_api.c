@@ -2003,14 +2003,6 @@ static void test_growth_both_allocators(void **state)
  * paths is seen (mutants.py, sets 29 and 30). */
 enum { PAST16 = 70000 };
 
-/* Counts each firing or handing back of its task in the byte arg points to. */
-static void mark_fn(tw_timer *t, tw_id id, void *arg)
-{
-    (void)t;
-    (void)id;
-    (*(unsigned char *)arg)++;
-}
-
 /* More keyed tasks than 2^15 in one engine: the key map grows past 65,536
  * slots and the tasks' slots pass 65,535. Every key is found by tw_check's
  * walk of the whole map, cancelled by its key or by its id, and the rest
@@ -2021,14 +2013,14 @@ static void test_keys_past_16_bits(void **state)
     struct fake_clock c;
     tw_timer *t = mk(&c, 0, MS, 64);
     tw_id *ids = malloc(PAST16 * sizeof(*ids));
-    unsigned char *hit = calloc(PAST16, 1);
+    int *hit = calloc(PAST16, sizeof(*hit));
     assert_non_null(ids);
     assert_non_null(hit);
     char key[16];
     for (int k = 0; k < PAST16; k++) {
         int len = snprintf(key, sizeof key, "key%d", k);
         assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, (uint64_t)(k % 1000 + 1) * MS,
-                                           mark_fn, &hit[k], &ids[k]),
+                                           count_fn, &hit[k], &ids[k]),
                          0);
     }
     assert_int_equal(tw_pending(t), PAST16);
@@ -2050,7 +2042,7 @@ static void test_keys_past_16_bits(void **state)
         assert_int_equal(tw_cancel_keyed(t, key, (size_t)len), k % 3 == 2 ? 0 : -ENOENT);
         if (k % 3 == 2) /* and again, to fire */
             assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, (uint64_t)(k % 1000 + 1) * MS,
-                                               mark_fn, &hit[k], &ids[k]),
+                                               count_fn, &hit[k], &ids[k]),
                              0);
     }
     assert_check(t);
@@ -2065,10 +2057,10 @@ static void test_keys_past_16_bits(void **state)
 }
 
 /* Schedules PAST16 plain tasks, task k marking hit[k], due over 5 s. */
-static void schedule_past16(tw_timer *t, unsigned char *hit, tw_id *ids)
+static void schedule_past16(tw_timer *t, int *hit, tw_id *ids)
 {
     for (int k = 0; k < PAST16; k++)
-        assert_int_equal(tw_schedule(t, (uint64_t)(k % 5000 + 1) * MS, mark_fn, &hit[k],
+        assert_int_equal(tw_schedule(t, (uint64_t)(k % 5000 + 1) * MS, count_fn, &hit[k],
                                      ids ? &ids[k] : NULL),
                          0);
     assert_int_equal(tw_pending(t), PAST16);
@@ -2082,7 +2074,7 @@ static void test_drain_past_16_bits(void **state)
     (void)state;
     struct fake_clock c;
     tw_timer *t = mk(&c, 0, MS, 64);
-    unsigned char *hit = calloc(PAST16, 1);
+    int *hit = calloc(PAST16, sizeof(*hit));
     assert_non_null(hit);
     schedule_past16(t, hit, NULL);
     assert_int_equal(tw_drain(t, NULL, NULL), PAST16);
@@ -2092,7 +2084,7 @@ static void test_drain_past_16_bits(void **state)
     assert_int_equal(s.drained, PAST16);
     assert_check(t);
     schedule_past16(t, hit, NULL);
-    assert_int_equal(tw_drain(t, mark_fn, NULL), PAST16);
+    assert_int_equal(tw_drain(t, count_fn, NULL), PAST16);
     for (int k = 0; k < PAST16; k++)
         assert_int_equal(hit[k], 1);
     tw_stats(t, &s);
@@ -2114,7 +2106,7 @@ static void test_slots_past_16_bits(void **state)
     struct fake_clock c;
     tw_timer *t = mk(&c, 0, MS, 64);
     tw_id *ids = malloc(PAST16 * sizeof(*ids));
-    unsigned char *hit = calloc(PAST16, 1);
+    int *hit = calloc(PAST16, sizeof(*hit));
     assert_non_null(ids);
     assert_non_null(hit);
     schedule_past16(t, hit, ids);
