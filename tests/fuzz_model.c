@@ -19,6 +19,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * is threaded. The fuzzer keeps those that reach new code, so they
      * still take more of its time than that: 60 s run ~50,000 inputs,
      * against ~280,000 with no threaded ones. */
-    model_run(&src, 4096, TW_FUZZ_THREADED_ONE_IN);
+    model_run(&src, 4096, TW_FUZZ_THREADED_ONE_IN, 0);
     return 0;
 }

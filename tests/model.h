@@ -898,9 +898,12 @@ static inline void m_verify_percentiles(struct model *m)
 }
 
 /* Runs the model over a byte stream, on a threaded timer for one stream
- * in `threaded_one_in` (as its second byte says; 0: never). Returns the
- * number of steps. */
-static inline long model_run(struct msrc *src, long max_steps, unsigned threaded_one_in)
+ * in `threaded_one_in` (as its second byte says; 0: never), with a wheel
+ * of `wheel` slots a level, or 0 for one the stream picks (2, 4, 8 or
+ * 64: small wheels, whose levels a short run fills and passes). Returns
+ * the number of steps. */
+static inline long model_run(struct msrc *src, long max_steps, unsigned threaded_one_in,
+                             uint32_t wheel)
 {
     static const uint64_t ticks[] = { 1, 3, 1000, 1000000 };
     static const uint32_t wheels[] = { 2, 4, 8, 64 };
@@ -910,7 +913,7 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
     m->src = src;
     uint8_t g = msrc_u8(src);
     m->tick = ticks[g & 3];
-    m->wheel = wheels[(g >> 2) & 3];
+    m->wheel = wheel ? wheel : wheels[(g >> 2) & 3];
     uint64_t start = (g >> 4) & 1 ? msrc_u64(src) : 0;
     if ((g >> 5) & 1)
         start = UINT64_MAX - (start % (1ull << 40));
