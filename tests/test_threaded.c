@@ -431,24 +431,6 @@ static void test_stop_hands_back(void **state)
     assert_int_equal(tw_stop(NULL, NULL, NULL), -EINVAL);
 }
 
-struct reentry {
-    tw_timer *t;
-    _Atomic int stop_rc, wake_rc, done;
-};
-
-/* runs on the driver or a worker: records, the test thread asserts */
-static void reentry_fn(tw_timer *t, tw_id id, void *arg)
-{
-    (void)id;
-    struct reentry *r = arg;
-    atomic_store(&r->stop_rc, tw_stop(t, NULL, NULL));
-    atomic_store(&r->wake_rc, tw_wake(t));
-    atomic_store(&r->done, 1);
-}
-
-/* tw_stop and tw_wake from a callback are refused; tw_destroy of the
- * timer, still running, then stops it: its driver and workers are gone
- * when it returns. */
 /* A stop that hands back more than 65,535 tasks, dropped whole or one by
  * one, each its own arg: the count it returns is all of them. */
 static void test_stop_hands_back_past_16_bits(void **state)
@@ -476,6 +458,24 @@ static void test_stop_hands_back_past_16_bits(void **state)
     free(hit);
 }
 
+struct reentry {
+    tw_timer *t;
+    _Atomic int stop_rc, wake_rc, done;
+};
+
+/* runs on the driver or a worker: records, the test thread asserts */
+static void reentry_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    struct reentry *r = arg;
+    atomic_store(&r->stop_rc, tw_stop(t, NULL, NULL));
+    atomic_store(&r->wake_rc, tw_wake(t));
+    atomic_store(&r->done, 1);
+}
+
+/* tw_stop and tw_wake from a callback are refused; tw_destroy of the
+ * timer, still running, then stops it: its driver and workers are gone
+ * when it returns. */
 static void test_stop_from_callback(void **state)
 {
     (void)state;
