@@ -43,7 +43,8 @@ a line made one less), or with set 28 narrows a value (a declaration
 that starts a line with `uint64_t` made `uint32_t`), or with set 29 one
 width down (`uint32_t` made `uint16_t`), or with set 30 narrows a size
 (`size_t` made `uint16_t`), or with set 31 a signed value (`int` or
-`long` made `int16_t`), in a git worktree of HEAD,
+`long` made `int16_t`), or with set 32 down to a byte (`uint32_t` or
+`uint16_t` made `uint8_t`), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -204,6 +205,12 @@ SETS = {
     # list's length) must be carried past 32,767 by some test.
     31: (re.compile(r'^\s+(?:const\s+)?(int|long)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'int16_t'),
+    # Set 32: set 29 down to a byte, a declaration that starts a line with
+    # `uint32_t` or `uint16_t` made `uint8_t`: the values set 29 found
+    # bounded below 65,536 (bucket numbers, worker counts, a queue's
+    # length, shifts) must each be carried past 255 by some test.
+    32: (re.compile(r'^\s+(?:const\s+)?(uint32_t|uint16_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'uint8_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
