@@ -2169,7 +2169,10 @@ static void dq_fire_fn(tw_timer *t, tw_id id, void *arg)
  * has children past 65,535): wheel_size 4096 and a 1 ns tick, with a task
  * in every bucket the 2W blocks of levels 0 to 4 give, about 41,000. The
  * heap keeps its order (tw_check), and the buckets come due in deadline
- * order as the clock jumps from one to the next. */
+ * order as the clock jumps from one to the next. Then the same deadlines
+ * again on a fresh timer, latest first: each new bucket is the earliest,
+ * so each sifts up from the bottom to the root, through parents past
+ * 255 and 65,535 alike. */
 static void test_delay_queue_past_16_bits(void **state)
 {
     (void)state;
@@ -2198,15 +2201,27 @@ static void test_delay_queue_past_16_bits(void **state)
         }
     }
     assert_true(queued > 40000);
-    assert_int_equal(tw_pending(t), n);
-    assert_check(t);
-    memset(&dqf, 0, sizeof dqf);
-    uint64_t next;
-    while (tw_next_deadline(t, &next) == 0)
-        assert_true(tw_advance(t, next) >= 0);
-    assert_int_equal(dqf.fired, n);
-    assert_int_equal(tw_pending(t), 0);
-    assert_check(t);
+    for (int latest_first = 0; latest_first <= 1; latest_first++) {
+        if (latest_first) {
+            tw_destroy(t);
+            t = mk(&c, 0, 1, TW_MAX_WHEEL_SIZE);
+            for (long k = n - 1; k >= 0; k--) {
+                assert_int_equal(tw_schedule_at(t, dl[k], dq_fire_fn, &dl[k], NULL), 0);
+                struct tw_stats s;
+                tw_stats(t, &s);
+                assert_int_equal(s.queued_buckets, (uint64_t)(n - k));
+            }
+        }
+        assert_int_equal(tw_pending(t), n);
+        assert_check(t);
+        memset(&dqf, 0, sizeof dqf);
+        uint64_t next;
+        while (tw_next_deadline(t, &next) == 0)
+            assert_true(tw_advance(t, next) >= 0);
+        assert_int_equal(dqf.fired, n);
+        assert_int_equal(tw_pending(t), 0);
+        assert_check(t);
+    }
     tw_destroy(t);
     free(dl);
 }

@@ -904,6 +904,58 @@ static void test_stop_hands_back_taken_periodic(void **state)
     }
 }
 
+/* More periodic tasks taken at once than a byte counts: 300, due together
+ * right behind the holder, wait in the workers' queue while the one worker
+ * is held. The checker counts each one taken (its own count of them must
+ * agree); released, each runs once and is re-armed, and then the timer
+ * lets every one go as it is cancelled. */
+static void test_taken_periodic_past_8_bits(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    struct atomic_clock c;
+    tw_timer *t = bounded_fake(&c, 1, 1, 0, NULL);
+    uint64_t base = atomic_load(&c.now);
+    struct job_rec holder = { .hold = 1 }, *p = calloc(N, sizeof(*p));
+    tw_id *ids = calloc(N, sizeof(*ids));
+    assert_non_null(p);
+    assert_non_null(ids);
+    gate_reset(0);
+    assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &holder, NULL), 0);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule_every(t, 2 * MS, 10 * MS, TW_FIXED_DELAY, held_fn, &p[k],
+                                           &ids[k]), 0);
+    atomic_store(&c.now, base + 2 * MS);
+    pthread_t w = start_held_pass(t);
+    struct tw_stats s;
+    for (int ms = 0; ms < 10000; ms++) {
+        tw_stats(t, &s);
+        if (s.fired == N + 1)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(s.fired, N + 1); /* all taken: counted as fired */
+    assert_int_equal(s.pending, N);   /* a taken periodic task still counts */
+    assert_check(t);
+    atomic_store(&gate.release, 1);
+    pthread_join(w, NULL);
+    settle(t, 1);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(atomic_load(&p[k].ran), 1);
+    tw_stats(t, &s);
+    assert_int_equal(s.pending, N); /* each re-armed */
+    assert_check(t);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    tw_stats(t, &s);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.cancelled, N);
+    assert_check(t);
+    tw_destroy(t);
+    free(p);
+    free(ids);
+}
+
 /* A held pass with more tasks behind the holder than the workers' queue
  * holds (one worker): returns once the driver has taken more than the
  * queue and the holder, and so waits for room (with `until_stop` the
@@ -1744,6 +1796,7 @@ int main(void)
         cmocka_unit_test(test_stop_hands_back_taken),
         cmocka_unit_test(test_reschedule_from_unfired),
         cmocka_unit_test(test_stop_hands_back_taken_periodic),
+        cmocka_unit_test(test_taken_periodic_past_8_bits),
         cmocka_unit_test(test_stop_with_full_queue),
         cmocka_unit_test(test_full_queue_runs_all),
         cmocka_unit_test(test_concurrent_drains),
