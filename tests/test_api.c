@@ -1392,6 +1392,43 @@ static void test_drain_nested(void **state)
     tw_destroy(nd.outer);
 }
 
+/* Drains nested more than a byte counts, on one timer: each callback of a
+ * drain starts the next drain from inside it, 300 deep, one task each.
+ * At every depth the tasks not yet handed back (none of them due) wait on
+ * the expired list, which the checker allows only while a drain is under
+ * way; then every one is handed back exactly once. */
+enum { DEEP_DRAINS = 300 };
+static int deep_calls;
+static size_t deep_handed;
+static void deep_drain_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    assert_check(t); /* at every depth: a count that wraps reads 0 at one */
+    if (++deep_calls < DEEP_DRAINS)
+        deep_handed += tw_drain(t, deep_drain_fn, NULL);
+}
+
+static void test_drain_nested_past_8_bits(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    for (int k = 0; k < DEEP_DRAINS; k++)
+        assert_int_equal(tw_schedule(t, (uint64_t)(k + 1) * SEC, count_fn, NULL, NULL), 0);
+    deep_calls = 0;
+    deep_handed = 0;
+    deep_handed += tw_drain(t, deep_drain_fn, NULL);
+    assert_int_equal(deep_calls, DEEP_DRAINS);
+    assert_int_equal(deep_handed, DEEP_DRAINS);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.drained, DEEP_DRAINS);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* tw_drain from a periodic task's own callback hands that task back too
  * (it is running, in no list) along with what is pending, and it is not
  * re-armed. */
@@ -2261,6 +2298,7 @@ int main(void)
         cmocka_unit_test(test_next_deadline_from_callback),
         cmocka_unit_test(test_drain),
         cmocka_unit_test(test_drain_nested),
+        cmocka_unit_test(test_drain_nested_past_8_bits),
         cmocka_unit_test(test_drain_from_periodic),
         cmocka_unit_test(test_drain_drops_plain_whole),
         cmocka_unit_test(test_destroy_from_callback),
