@@ -1412,19 +1412,25 @@ static void test_periodic_cancel_releases_bound(void **state)
 static void test_thread_names(void **state)
 {
     (void)state;
-    struct tw_options o;
-    tw_options_init(&o);
-    o.threaded = 1;
-    o.workers = 3;
-    /* the threads of earlier tests' timers, joined, may still be listed
-     * in /proc for a moment (as at the end below): none before we start */
-    assert_int_equal(wait_threads_named("tw-", 0), 0);
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    assert_int_equal(count_threads_named("tw-driver"), 1);
-    assert_int_equal(count_threads_named("tw-worker-"), 3);
-    tw_destroy(t);
-    assert_int_equal(wait_threads_named("tw-", 0), 0); /* joined, and gone */
+    /* 3 workers, then more than a byte counts (each is started, named and
+     * joined) */
+    static const uint32_t nworkers[] = { 3, 300 };
+    for (size_t k = 0; k < sizeof nworkers / sizeof nworkers[0]; k++) {
+        struct tw_options o;
+        tw_options_init(&o);
+        o.threaded = 1;
+        o.workers = nworkers[k];
+        /* the threads of earlier tests' timers, joined, may still be
+         * listed in /proc for a moment (as at the end below): none before
+         * we start */
+        assert_int_equal(wait_threads_named("tw-", 0), 0);
+        tw_timer *t;
+        assert_int_equal(tw_create(&t, &o), 0);
+        assert_int_equal(count_threads_named("tw-driver"), 1);
+        assert_int_equal(count_threads_named("tw-worker-"), (int)nworkers[k]);
+        tw_destroy(t);
+        assert_int_equal(wait_threads_named("tw-", 0), 0); /* joined, and gone */
+    }
 }
 
 #ifdef __linux__
