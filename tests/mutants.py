@@ -44,7 +44,8 @@ that starts a line with `uint64_t` made `uint32_t`), or with set 29 one
 width down (`uint32_t` made `uint16_t`), or with set 30 narrows a size
 (`size_t` made `uint16_t`), or with set 31 a signed value (`int` or
 `long` made `int16_t`), or with set 32 down to a byte (`uint32_t` or
-`uint16_t` made `uint8_t`), in a git worktree of HEAD,
+`uint16_t` made `uint8_t`), or with set 33 a 64-bit value down to 16
+bits (`uint64_t` made `uint16_t`), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -211,6 +212,12 @@ SETS = {
     # length, shifts) must each be carried past 255 by some test.
     32: (re.compile(r'^\s+(?:const\s+)?(uint32_t|uint16_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'uint8_t'),
+    # Set 33: set 28 down to 16 bits, a declaration that starts a line
+    # with `uint64_t` made `uint16_t`: the counts set 28 found no test
+    # carries past 2^32 (tw_stats' counters, a pass's tasks fired, the
+    # checker's tallies) must each be carried past 65,535 by some test.
+    33: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'uint16_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
