@@ -2183,6 +2183,59 @@ static void test_slots_past_16_bits(void **state)
     free(hit);
 }
 
+/* tw_stats' counters carried past 65,535 on one timer (1 ms tick, 64
+ * slots): 70,000 rounds, each scheduling a task 1 s out (level 1: it moves
+ * down a level before it fires), scheduling and cancelling another, and
+ * advancing one tick, with a task due at every tick once the first second
+ * has passed; then a timer bounded at one pending task refuses 70,000
+ * schedules. */
+static void test_stats_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = PAST16 };
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int fired = 0;
+    uint64_t now = 0, advances = 0;
+    for (int k = 0; k < N; k++) {
+        tw_id id;
+        assert_int_equal(tw_schedule(t, SEC, count_fn, &fired, NULL), 0);
+        assert_int_equal(tw_schedule(t, SEC, count_fn, &fired, &id), 0);
+        assert_int_equal(tw_cancel(t, id), 0);
+        now += MS;
+        assert_true(tw_advance(t, now) >= 0);
+        advances++;
+    }
+    uint64_t next;
+    while (tw_next_deadline(t, &next) == 0) {
+        assert_true(tw_advance(t, next) >= 0);
+        advances++;
+    }
+    assert_int_equal(fired, N);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.scheduled, 2 * N);
+    assert_int_equal(s.cancelled, N);
+    assert_int_equal(s.fired, N);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(s.advances, advances);
+    assert_true(s.bucket_pops >= N); /* a bucket of level 0 at each tick */
+    assert_true(s.cascaded >= N);    /* each fired task moved down once */
+    assert_check(t);
+    tw_destroy(t);
+
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.max_pending = 1;
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(tw_schedule(t, SEC, count_fn, &fired, NULL), 0);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, SEC, count_fn, &fired, NULL), -EAGAIN);
+    tw_stats(t, &s);
+    assert_int_equal(s.rejected, N);
+    assert_int_equal(s.pending, 1);
+    tw_destroy(t);
+}
+
 /* Checks a firing of test_delay_queue_past_16_bits, whose clock moves
  * to each next deadline on a 1 ns tick: never early, at most a tick late,
  * in deadline order. arg points to the task's deadline. */
@@ -2312,6 +2365,7 @@ int main(void)
         cmocka_unit_test(test_drain_past_16_bits),
         cmocka_unit_test(test_slots_past_16_bits),
         cmocka_unit_test(test_delay_queue_past_16_bits),
+        cmocka_unit_test(test_stats_past_16_bits),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

@@ -116,6 +116,52 @@ static void test_wrap_on_cancel(void **state)
     tw_destroy(t);
 }
 
+/* More slots retired than 16 bits count: 70,000 tasks scheduled and
+ * cancelled, every slot then aged to its last generation, 70,000 more
+ * scheduled into those slots and cancelled, each generation wrapping.
+ * Every one is retired, counted, and never handed out again. */
+static void test_retired_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    tw_id *ids = malloc(N * sizeof(*ids));
+    assert_non_null(ids);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[k]), 0);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    struct tw__shard *sh = &t->shards[0];
+    struct tw__pool *p = &sh->eng.pool;
+    tw__engine_settle(&sh->eng); /* the deferred unlinks */
+    uint32_t used = p->used;
+    assert_true(used >= N);
+    for (uint32_t i = 0; i < used; i++) {
+        assert_int_equal(p->entries[i].gen & 3u, 0); /* free */
+        p->entries[i].gen = LAST_FREE_GEN;
+    }
+    for (int k = 0; k < N; k++) {
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[k]), 0);
+        assert_true(tw__id_slot(t, ids[k]) < used);
+        assert_int_equal(ids[k] >> 32, LAST_FREE_GEN + TW__GEN_PLAIN);
+    }
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    assert_int_equal(retired(t), N);
+    assert_check(t);
+    for (int k = 0; k < 1000; k++) {
+        tw_id id;
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
+        /* never a retired slot: a fresh one, or one aged and left free */
+        assert_true(tw__id_slot(t, id) >= used || id >> 32 == LAST_FREE_GEN + TW__GEN_PLAIN);
+    }
+    assert_int_equal(retired(t), N);
+    assert_check(t);
+    tw_destroy(t);
+    free(ids);
+}
+
 static int fired_count;
 static void count_fired(tw_timer *t, tw_id id, void *arg)
 {
@@ -1826,6 +1872,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrap_on_cancel),
+        cmocka_unit_test(test_retired_past_16_bits),
         cmocka_unit_test(test_wrap_on_fire),
         cmocka_unit_test(test_wrap_on_keyed_cancel),
         cmocka_unit_test(test_wrap_on_drop),
