@@ -2188,7 +2188,7 @@ static void test_slots_past_16_bits(void **state)
  * down a level before it fires), scheduling and cancelling another, and
  * advancing one tick, with a task due at every tick once the first second
  * has passed; then a timer bounded at one pending task refuses 70,000
- * schedules. */
+ * schedules; then lateness percentiles over 70,000 firings. */
 static void test_stats_past_16_bits(void **state)
 {
     (void)state;
@@ -2233,6 +2233,19 @@ static void test_stats_past_16_bits(void **state)
     tw_stats(t, &s);
     assert_int_equal(s.rejected, N);
     assert_int_equal(s.pending, 1);
+    tw_destroy(t);
+
+    /* The lateness percentiles over 70,000 firings: half on time, then
+     * half 5 ms late. The median is the first of the late ones. */
+    t = mk(&c, 0, MS, 64);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, k < N / 2 ? SEC : 2 * SEC, count_fn, &fired, NULL), 0);
+    assert_int_equal(tw_advance(t, SEC), N / 2);
+    assert_int_equal(tw_advance(t, 2 * SEC + 5 * MS), N / 2);
+    tw_stats(t, &s);
+    assert_int_equal(s.late_max_ns, 5 * MS);
+    assert_true(s.late_p50_ns >= 5 * MS && s.late_p50_ns < 10 * MS);
+    assert_true(s.late_p99_ns >= 5 * MS && s.late_p99_ns < 10 * MS);
     tw_destroy(t);
 }
 
