@@ -1409,6 +1409,32 @@ static void test_periodic_cancel_releases_bound(void **state)
     tw_destroy(t);
 }
 
+/* More tw_wake calls on one timer than 16 bits count: after each of
+ * 70,000, the task due before it has fired (workers = 0: tw_wake returns
+ * once the driver's pass, callbacks included, is done); then the driver
+ * sleeps, as it did before the first. */
+static void test_wake_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    struct atomic_clock c;
+    tw_timer *t = mk_fake(&c, 0);
+    assert_driver_asleep(&c);
+    int n = 0;
+    for (int k = 0; k < N; k++) {
+        assert_int_equal(tw_schedule(t, 0, count_fn, &n, NULL), 0);
+        assert_int_equal(tw_wake(t), 0);
+        if (n != k + 1)
+            fail_msg("wake %d returned before its pass: %d fired", k + 1, n);
+    }
+    assert_driver_asleep(&c);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, N);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static void test_thread_names(void **state)
 {
     (void)state;
@@ -1810,6 +1836,7 @@ int main(void)
         cmocka_unit_test(test_reschedule_during_drain),
         cmocka_unit_test(test_drain_during_dispatch),
         cmocka_unit_test(test_threaded_misc),
+        cmocka_unit_test(test_wake_past_16_bits),
         cmocka_unit_test(test_threaded_cancel_releases_bound),
         cmocka_unit_test(test_failed_keyed_releases_bound),
         cmocka_unit_test(test_periodic_cancel_releases_bound),
