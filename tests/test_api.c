@@ -2249,6 +2249,29 @@ static void test_stats_past_16_bits(void **state)
     tw_destroy(t);
 }
 
+/* One bucket of 600,000 tasks, as a million request timeouts of the same
+ * length can make: each of its 8 lists holds 75,000, and the checker walks
+ * each past 65,535 entries. They fire together, once each. */
+static void test_one_bucket_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = 600000 };
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int fired = 0;
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, 30 * SEC, count_fn, &fired, NULL), 0);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.queued_buckets, 1);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 30 * SEC), N);
+    assert_int_equal(fired, N);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* Checks a firing of test_delay_queue_past_16_bits, whose clock moves
  * to each next deadline on a 1 ns tick: never early, at most a tick late,
  * in deadline order. arg points to the task's deadline. */
@@ -2379,6 +2402,7 @@ int main(void)
         cmocka_unit_test(test_slots_past_16_bits),
         cmocka_unit_test(test_delay_queue_past_16_bits),
         cmocka_unit_test(test_stats_past_16_bits),
+        cmocka_unit_test(test_one_bucket_past_16_bits),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }
