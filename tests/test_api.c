@@ -2251,7 +2251,8 @@ static void test_stats_past_16_bits(void **state)
 
 /* One bucket of 600,000 tasks, as a million request timeouts of the same
  * length can make: each of its 8 lists holds 75,000, and the checker walks
- * each past 65,535 entries. They fire together, once each. */
+ * each past 65,535 entries. They fire together, once each. Then one bucket
+ * of 70,000 keyed tasks. */
 static void test_one_bucket_past_16_bits(void **state)
 {
     (void)state;
@@ -2268,6 +2269,20 @@ static void test_one_bucket_past_16_bits(void **state)
     assert_int_equal(tw_advance(t, 30 * SEC), N);
     assert_int_equal(fired, N);
     assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    /* and 70,000 keyed tasks in one bucket: the checker's count of them
+     * there must match the key map's */
+    char key[16];
+    for (int k = 0; k < PAST16; k++) {
+        int len = snprintf(key, sizeof key, "key%d", k);
+        assert_int_equal(tw_schedule_keyed(t, key, (size_t)len, 30 * SEC, count_fn, &fired, NULL),
+                         0);
+    }
+    tw_stats(t, &s);
+    assert_int_equal(s.queued_buckets, 1);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 60 * SEC), PAST16);
+    assert_int_equal(fired, N + PAST16);
     assert_check(t);
     tw_destroy(t);
 }
