@@ -45,7 +45,8 @@ width down (`uint32_t` made `uint16_t`), or with set 30 narrows a size
 (`size_t` made `uint16_t`), or with set 31 a signed value (`int` or
 `long` made `int16_t`), or with set 32 down to a byte (`uint32_t` or
 `uint16_t` made `uint8_t`), or with set 33 a 64-bit value down to 16
-bits (`uint64_t` made `uint16_t`), in a git worktree of HEAD,
+bits (`uint64_t` made `uint16_t`), or with set 34 a signed value down
+to a byte (`int` or `long` made `int8_t`), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -218,6 +219,12 @@ SETS = {
     # checker's tallies) must each be carried past 65,535 by some test.
     33: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'uint16_t'),
+    # Set 34: set 31 down to a byte, a declaration that starts a line with
+    # `int` or `long` made `int8_t`: the return codes and counts set 31
+    # found within 16 bits must each fit in -128..127, or some test must
+    # carry them past it.
+    34: (re.compile(r'^\s+(?:const\s+)?(int|long)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'int8_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
