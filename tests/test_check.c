@@ -805,6 +805,58 @@ static void test_report_names_shard(void **state)
     tw_destroy(t);
 }
 
+/* More failures in one check than a byte counts: 300 free slots marked
+ * in use one after another. Each is reported (one line more each time,
+ * beside the lines for the counts they upset), and every check fails: a
+ * count of failures that wrapped would read "sound" at 256. */
+static unsigned report_lines(tw_timer *t, int *rc)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *report = open_memstream(&buf, &len);
+    assert_non_null(report);
+    *rc = tw_check(t, report);
+    fclose(report);
+    unsigned n = 0;
+    for (size_t k = 0; k < len; k++)
+        n += buf[k] == '\n';
+    free(buf);
+    return n;
+}
+
+static void test_failures_past_8_bits(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    struct tw__engine *e = &t->shards[0].eng;
+    tw_id ids[N];
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &ids[k]), 0);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    tw__engine_settle(e);
+    assert_check(t);
+    unsigned first = 0;
+    for (int k = 0; k < N; k++) {
+        *tw__pool_gen(&e->pool, tw__id_slot(t, ids[k])) |= 1u;
+        int rc;
+        unsigned lines = report_lines(t, &rc);
+        if (k == 0)
+            first = lines;
+        assert_int_equal(lines, first + (unsigned)k);
+        assert_int_equal(rc, -EFAULT);
+    }
+    assert_true(first + N - 1 > 256);
+    for (int k = 0; k < N; k++)
+        *tw__pool_gen(&e->pool, tw__id_slot(t, ids[k])) &= ~3u;
+    assert_check(t);
+    tw_destroy(t);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -839,6 +891,7 @@ int main(void)
         cmocka_unit_test(test_coarse_bucket_at_clock),
         cmocka_unit_test(test_expiration_past_span),
         cmocka_unit_test(test_rewound_free_list),
+        cmocka_unit_test(test_failures_past_8_bits),
         T(test_task_lost_from_lists),
         T(test_slot_lost_from_free_list),
         T(test_wrong_list),
