@@ -46,7 +46,8 @@ width down (`uint32_t` made `uint16_t`), or with set 30 narrows a size
 `long` made `int16_t`), or with set 32 down to a byte (`uint32_t` or
 `uint16_t` made `uint8_t`), or with set 33 a 64-bit value down to 16
 bits (`uint64_t` made `uint16_t`), or with set 34 a signed value down
-to a byte (`int` or `long` made `int8_t`), in a git worktree of HEAD,
+to a byte (`int` or `long` made `int8_t`), or with set 35 a size down
+to a byte (`size_t` made `uint8_t`), in a git worktree of HEAD,
 builds it and runs every suite but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -225,6 +226,12 @@ SETS = {
     # carry them past it.
     34: (re.compile(r'^\s+(?:const\s+)?(int|long)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'int8_t'),
+    # Set 35: set 30 down to a byte, a declaration that starts a line with
+    # `size_t` made `uint8_t`: the sizes and counts set 30 found within 16
+    # bits (an entry's size, the page size, the keys of one op) must each
+    # fit in a byte, or some test must carry them past 255.
+    35: (re.compile(r'^\s+(?:const\s+)?(size_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'uint8_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
