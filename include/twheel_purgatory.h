@@ -125,6 +125,10 @@ TW_API int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
 TW_API void tw_op_retain(tw_op *op);  /* one more reference */
 TW_API void tw_op_release(tw_op *op); /* frees the op with the last one */
 TW_API void *tw_op_ctx(const tw_op *op);
+/* true once op is completed (its on_complete may still be running).
+ * After a true, what the completing thread wrote before it completed op
+ * (try_complete's answer to the request, say) is visible to the caller,
+ * with no lock of the caller's (an acquire load). */
 TW_API bool tw_op_is_completed(const tw_op *op);
 
 /* Completes op: true for exactly one caller, who has run on_complete and

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "twheel_purgatory.h"
@@ -1510,6 +1511,91 @@ static void test_many_threads_complete_once(void **state)
     tw_purgatory_destroy(tp, NULL, NULL);
 }
 
+/* What a thread writes before it completes an op (try_complete's answer
+ * to the request) is visible to another thread once tw_op_is_completed
+ * returns true there, with no lock of the caller's: the header's promise.
+ * The answer is a plain int, so only ThreadSanitizer (CI's stage) sees
+ * the promise broken: a relaxed load in tw_op_is_completed leaves the
+ * reader's read and the completer's write unordered, a data race. */
+#define AOPS 64
+struct answered {
+    struct req r; /* first: req_complete takes the ctx for a struct req */
+    int answer;   /* written by try_complete only, once completable */
+    int seen;     /* what the reader read */
+    int rc;       /* what the completer's check returned */
+};
+static struct answered aops[AOPS];
+static tw_op *aop[AOPS];
+
+static bool answering_try(tw_op *op)
+{
+    struct answered *a = tw_op_ctx(op);
+    if (!atomic_load(&a->r.completable))
+        return false;
+    a->answer = 1000 + (int)(a - aops);
+    return tw_op_force_complete(op);
+}
+
+static const struct tw_op_ops answering_ops = { answering_try, req_complete, req_expire };
+
+/* Waits for each op in turn (at most a minute in all: an op the
+ * completer failed to complete leaves seen 0, for the test to report,
+ * rather than a hang), then reads its answer. Nothing else here orders
+ * the two threads: a flag of the test's would. */
+static void *answer_reader(void *arg)
+{
+    (void)arg;
+    time_t give_up = time(NULL) + 60;
+    for (int i = 0; i < AOPS; i++) {
+        while (!tw_op_is_completed(aop[i]) && time(NULL) < give_up)
+            sched_yield();
+        if (tw_op_is_completed(aop[i]))
+            aops[i].seen = aops[i].answer;
+    }
+    return NULL;
+}
+
+static void *answer_completer(void *arg)
+{
+    tw_purgatory *p = arg;
+    for (int i = 0; i < AOPS; i++) {
+        char key[16];
+        int len = snprintf(key, sizeof key, "answer-%d", i);
+        atomic_store(&aops[i].r.completable, 1);
+        aops[i].rc = tw_purgatory_check_and_complete(p, key, (size_t)len);
+    }
+    return NULL;
+}
+
+static void test_completion_publishes_answer(void **state)
+{
+    (void)state;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, NULL), 0); /* threaded */
+    memset(aops, 0, sizeof aops);
+    for (int i = 0; i < AOPS; i++) {
+        assert_int_equal(tw_op_create(p, &answering_ops, &aops[i], 60 * SEC, &aop[i]), 0);
+        char key[16];
+        int len = snprintf(key, sizeof key, "answer-%d", i);
+        struct tw_key k = { key, (size_t)len };
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, aop[i], &k, 1), 0);
+    }
+    pthread_t rd, cp;
+    assert_int_equal(pthread_create(&rd, NULL, answer_reader, NULL), 0);
+    assert_int_equal(pthread_create(&cp, NULL, answer_completer, p), 0);
+    pthread_join(cp, NULL);
+    pthread_join(rd, NULL);
+    for (int i = 0; i < AOPS; i++) {
+        assert_int_equal(aops[i].rc, 1);
+        assert_int_equal(aops[i].seen, 1000 + i);
+        assert_int_equal(atomic_load(&aops[i].r.completed), 1);
+        tw_op_release(aop[i]);
+    }
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* Concurrent watch / complete / expire: every op ends completed exactly
  * once, by an event or by its timeout (then expired once, after). */
 #define SOPS 4000
@@ -1920,6 +2006,7 @@ int main(void)
         cmocka_unit_test(test_completed_while_scheduling),
         cmocka_unit_test(test_cancelled_while_submitting),
         cmocka_unit_test(test_many_threads_complete_once),
+        cmocka_unit_test(test_completion_publishes_answer),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
         cmocka_unit_test(test_cancel_races_submission),
         cmocka_unit_test(test_cancel_after_driver_took),
