@@ -47,8 +47,14 @@ width down (`uint32_t` made `uint16_t`), or with set 30 narrows a size
 `uint16_t` made `uint8_t`), or with set 33 a 64-bit value down to 16
 bits (`uint64_t` made `uint16_t`), or with set 34 a signed value down
 to a byte (`int` or `long` made `int8_t`), or with set 35 a size down
-to a byte (`size_t` made `uint8_t`), in a git worktree of HEAD,
-builds it and runs every suite but `install` and `docs`. A mutant that
+to a byte (`size_t` made `uint8_t`), or with set 36 weakens an atomic
+(the first atomic operation of a line made `memory_order_relaxed`: an
+explicit acquire, release, acq_rel or seq_cst order, or an implicit
+sequentially consistent call made `_explicit` with it), in a git
+worktree of HEAD, builds it (set 36 with clang and ThreadSanitizer, as
+CI's stage: on x86 a weaker order compiles to the same loads and stores,
+and only TSan's model of happens-before can see it) and runs every suite
+but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
 
@@ -232,6 +238,13 @@ SETS = {
     # fit in a byte, or some test must carry them past 255.
     35: (re.compile(r'^\s+(?:const\s+)?(size_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'uint8_t'),
+    # Set 36: an atomic weakened, the first atomic operation of a line made
+    # relaxed (relaxed_order below). Run under ThreadSanitizer: does some
+    # test fail when an acquire or a release that orders a thread's plain
+    # data is lost? Counters and flags read under a lock need none, and a
+    # store-buffering pair (a store, then a load of another variable, on
+    # each side) needs sequential consistency, which TSan does not model.
+    36: 'relaxed',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -320,6 +333,28 @@ def drop_operand(code, last):
     spans, op = parts
     keep = spans[:-1] if last else spans[1:]
     return col, cond, '(' + (' %s ' % op).join(cond[a:b] for a, b in keep) + ')'
+
+
+ORDER = re.compile(r'\bmemory_order_(?:acquire|release|acq_rel|seq_cst)\b')
+IMPLICIT = re.compile(r'\batomic_(load|store|exchange|fetch_add|fetch_sub|fetch_or|fetch_and'
+                      r'|compare_exchange_weak|compare_exchange_strong)\(')
+
+
+def relaxed_order(code):
+    """The column and text of the line's first atomic operation that is not
+    relaxed, and the same made relaxed: an explicit order's name, or an
+    implicit (sequentially consistent) call made `_explicit`, with both
+    orders relaxed for a compare-exchange. None where there is none, or
+    the call runs on past the line."""
+    m, i = ORDER.search(code), IMPLICIT.search(code)
+    if m and (not i or m.start() < i.start()):
+        return m.start(), m.group(0), 'memory_order_relaxed'
+    j = close_paren(code, i.end() - 1) if i else None
+    if j is None:
+        return None
+    orders = 'memory_order_relaxed' + (', memory_order_relaxed' if 'compare' in i.group(1) else '')
+    return (i.start(), code[i.start():j + 1],
+            'atomic_%s_explicit(%s, %s)' % (i.group(1), code[i.end():j], orders))
 
 
 RETURNED = re.compile(r'^\s*(?:\}\s*)?(?:(?:if|while)\s*\(.*\)\s*)?return\s+(?!-E[A-Z]+\b)'
@@ -473,6 +508,12 @@ def mutants(top):
                     out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': '0',
                                 'text': st})
                 continue
+            if OPS == 'relaxed':
+                c = relaxed_order(code)
+                if c:
+                    out.append({'file': f, 'line': n, 'col': c[0], 'a': c[1], 'b': c[2],
+                                'text': st})
+                continue
             if OPS in ('ternary', 'swap'):
                 c = ternary_arms(code) if OPS == 'ternary' else call_arguments(code)
                 if c:
@@ -537,8 +578,12 @@ def main():
     tree, build = os.path.join(tmp, 'tree'), os.path.join(tmp, 'build')
     subprocess.run(['git', '-C', top, 'worktree', 'add', '-q', '--detach', tree, 'HEAD'], check=True)
     try:
-        subprocess.run(['meson', 'setup', build, tree, '-Dbenchmarks=false'], check=True,
-                       capture_output=True)
+        setup, env = ['meson', 'setup', build, tree, '-Dbenchmarks=false'], dict(os.environ)
+        if OPS == 'relaxed':  # as CI's ThreadSanitizer stage builds and runs
+            setup += ['-Db_sanitize=thread', '-Db_lundef=false']
+            env.update(CC='clang', TSAN_OPTIONS='halt_on_error=1:second_deadlock_stack=1',
+                       TW_TEST_SLOW='1')
+        subprocess.run(setup, check=True, capture_output=True, env=env)
         subprocess.run(['ninja', '-C', build], check=True, capture_output=True)
         ms = mutants(tree)
         random.seed(seed)
@@ -562,7 +607,7 @@ def main():
                 try:
                     r = subprocess.run(['meson', 'test', '-C', build, '--no-rebuild', '--no-suite',
                                         'install', '--no-suite', 'docs'], capture_output=True,
-                                       timeout=limit)
+                                       timeout=limit, env=env)
                     res = 'killed' if r.returncode else 'SURVIVED'
                 except subprocess.TimeoutExpired:
                     res = 'killed(timeout)'
