@@ -1515,8 +1515,9 @@ static void test_many_threads_complete_once(void **state)
  * to the request) is visible to another thread once tw_op_is_completed
  * returns true there, with no lock of the caller's: the header's promise.
  * The answer is a plain int, so only ThreadSanitizer (CI's stage) sees
- * the promise broken: a relaxed load in tw_op_is_completed leaves the
- * reader's read and the completer's write unordered, a data race. */
+ * the promise broken: a relaxed load in tw_op_is_completed, or a relaxed
+ * update where completion sets the flag, leaves the reader's read and
+ * the completer's write unordered, a data race. */
 #define AOPS 64
 struct answered {
     struct req r; /* first: req_complete takes the ctx for a struct req */
