@@ -50,10 +50,13 @@ to a byte (`int` or `long` made `int8_t`), or with set 35 a size down
 to a byte (`size_t` made `uint8_t`), or with set 36 weakens an atomic
 (the first atomic operation of a line made `memory_order_relaxed`: an
 explicit acquire, release, acq_rel or seq_cst order, or an implicit
-sequentially consistent call made `_explicit` with it), in a git
-worktree of HEAD, builds it (set 36 with clang and ThreadSanitizer, as
-CI's stage: on x86 a weaker order compiles to the same loads and stores,
-and only TSan's model of happens-before can see it) and runs every suite
+sequentially consistent call made `_explicit` with it), or with set 37
+unlocks a critical section (every call that takes and releases one lock
+in one function made `(void)0`), in a git worktree of HEAD, builds it
+(sets 36 and 37 with clang and ThreadSanitizer, as CI's stage: on x86 a
+weaker order compiles to the same loads and stores, and only TSan's
+model of happens-before can see it; a lock missing is a race, which TSan
+sees and the other builds mostly do not) and runs every suite
 but `install` and `docs`. A mutant that
 passes them all is printed as SURVIVED, for a person to judge: many
 change nothing a caller could see.
@@ -245,6 +248,13 @@ SETS = {
     # store-buffering pair (a store, then a load of another variable, on
     # each side) needs sequential consistency, which TSan does not model.
     36: 'relaxed',
+    # Set 37: a critical section unlocked, every call in one function that
+    # takes or releases one lock (the same call and argument: `tw__lock(&sh
+    # ->lock)` and `tw__unlock(&sh->lock)`) made `(void)0`, so the function
+    # runs as before without it (lock_sections below). Run under
+    # ThreadSanitizer: does some test run each critical section beside a
+    # thread that touches what it guards? Set 3 left these calls alone.
+    37: 'unlock',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -355,6 +365,63 @@ def relaxed_order(code):
     orders = 'memory_order_relaxed' + (', memory_order_relaxed' if 'compare' in i.group(1) else '')
     return (i.start(), code[i.start():j + 1],
             'atomic_%s_explicit(%s, %s)' % (i.group(1), code[i.end():j], orders))
+
+
+LOCK_CALL = re.compile(r'\b(tw__lock|tw__shard_lock|pthread_mutex_lock)\((.*?)\);')
+UNLOCK_OF = {'tw__lock': 'tw__unlock', 'tw__shard_lock': 'tw__shard_unlock',
+             'pthread_mutex_lock': 'pthread_mutex_unlock'}
+
+
+def lock_sections(f, text):
+    """Set 37's mutants of one file: for each function (ended by a `}` at
+    the left margin) and each lock it takes (a call of LOCK_CALL and its
+    argument), the lock's first call made `(void)0`, with every other call
+    in the function that takes or releases the same lock (`more`). A lock
+    taken in a function that never releases it (a helper that returns
+    holding it) goes with the releases in the file's functions that take
+    none of their own. A function that waits on a condition variable with
+    the lock is left out: a wait needs its mutex held."""
+    lines = text.split('\n')
+    comments, funcs, cur = comment_lines(text), [], []
+    for n, line in enumerate(lines, 1):
+        code = line.split('/*')[0].split('//')[0]
+        if n not in comments:
+            cur.append((n, code))
+        if line.startswith('}'):
+            funcs.append(cur)
+            cur = []
+
+    def calls(body, name, arg):
+        pat = re.compile(r'\b%s\(%s\);' % (re.escape(name), re.escape(arg)))
+        return [(n, m.start(), m.group(0)) for n, code in body for m in pat.finditer(code)]
+
+    def entry(edits):
+        (n, col, a), more = edits[0], edits[1:]
+        return {'file': f, 'line': n, 'col': col, 'a': a, 'b': '(void)0;',
+                'text': lines[n - 1].strip(),
+                'more': [[k, c, x, '(void)0;'] for k, c, x in more]}
+
+    out = []
+    for body in funcs:
+        seen = []
+        for n, code in body:
+            for m in LOCK_CALL.finditer(code):
+                key = (m.group(1), m.group(2))
+                if key in seen:
+                    continue
+                seen.append(key)
+                arg = re.escape(m.group(2))
+                if any(re.search(r'pthread_cond_\w*wait\([^,]*,\s*%s\s*[,)]' % arg, c) for _, c in body):
+                    continue
+                takes = calls(body, key[0], key[1])
+                gives = calls(body, UNLOCK_OF[key[0]], key[1])
+                if not gives:  # returns holding it: the releases elsewhere
+                    gives = [g for other in funcs if not calls(other, key[0], key[1])
+                             for g in calls(other, UNLOCK_OF[key[0]], key[1])]
+                    if not gives:
+                        continue
+                out.append(entry(sorted(takes + gives)))
+    return out
 
 
 RETURNED = re.compile(r'^\s*(?:\}\s*)?(?:(?:if|while)\s*\(.*\)\s*)?return\s+(?!-E[A-Z]+\b)'
@@ -468,6 +535,9 @@ def ternary_arms(code):
 def mutants(top):
     out = []
     for f in FILES:
+        if OPS == 'unlock':
+            out += lock_sections(f, open(os.path.join(top, f)).read())
+            continue
         incomment = False
         prev = ''  # the last line of code before this one, stripped
         for n, line in enumerate(open(os.path.join(top, f)).read().split('\n'), 1):
@@ -579,7 +649,7 @@ def main():
     subprocess.run(['git', '-C', top, 'worktree', 'add', '-q', '--detach', tree, 'HEAD'], check=True)
     try:
         setup, env = ['meson', 'setup', build, tree, '-Dbenchmarks=false'], dict(os.environ)
-        if OPS == 'relaxed':  # as CI's ThreadSanitizer stage builds and runs
+        if OPS in ('relaxed', 'unlock'):  # as CI's ThreadSanitizer stage builds and runs
             setup += ['-Db_sanitize=thread', '-Db_lundef=false']
             env.update(CC='clang', TSAN_OPTIONS='halt_on_error=1:second_deadlock_stack=1',
                        TW_TEST_SLOW='1')
@@ -597,8 +667,12 @@ def main():
                       flush=True)
                 continue
             lines = open(path).read().split('\n')
-            l = lines[m['line'] - 1]
-            lines[m['line'] - 1] = l[:m['col']] + m['b'] + l[m['col'] + len(m['a']):]
+            # every edit of a line from its right end, so columns stand
+            for n, col, a, b in sorted([[m['line'], m['col'], m['a'], m['b']]] +
+                                       m.get('more', []), reverse=True):
+                l = lines[n - 1]
+                assert l[col:col + len(a)] == a, (m, n)
+                lines[n - 1] = l[:col] + b + l[col + len(a):]
             open(path, 'w').write('\n'.join(lines))
             t0 = time.time()
             if subprocess.run(['ninja', '-C', build], capture_output=True).returncode:
@@ -614,8 +688,10 @@ def main():
                     subprocess.run(['pkill', '-f', os.path.join(build, 'tests') + '/'])
             subprocess.run(['git', '-C', tree, 'checkout', '-q', '--', m['file']], check=True)
             tally[res] = tally.get(res, 0) + 1
-            print('%d\t%s\t%s:%d\t%r -> %r\t%s\t%.0fs' % (k, res, m['file'], m['line'], m['a'],
-                                                        m['b'], m['text'], time.time() - t0),
+            also = ''.join(',%d' % e[0] for e in m.get('more', []))
+            print('%d\t%s\t%s:%d%s\t%r -> %r\t%s\t%.0fs' % (k, res, m['file'], m['line'], also,
+                                                          m['a'], m['b'], m['text'],
+                                                          time.time() - t0),
                   flush=True)
         print(json.dumps(tally))
     finally:
