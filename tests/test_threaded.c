@@ -873,6 +873,120 @@ static void test_stop_hands_back_taken(void **state)
     }
 }
 
+/* A thread that reads tw_stats over and over until told to stop. Each
+ * snapshot must add up (one-shot tasks only: every one is pending, fired,
+ * cancelled or drained) and lateness never shrinks; `bad` counts the
+ * snapshots that did not, `rounds` all of them. */
+struct stats_reader {
+    tw_timer *t;
+    _Atomic int stop, rounds, bad;
+};
+
+static void *stats_reader_main(void *p)
+{
+    struct stats_reader *r = p;
+    uint64_t late_max = 0;
+    while (!atomic_load(&r->stop)) {
+        struct tw_stats s;
+        tw_stats(r->t, &s);
+        if (s.scheduled != s.pending + s.fired + s.cancelled + s.drained ||
+            s.late_max_ns < late_max)
+            atomic_fetch_add(&r->bad, 1);
+        late_max = s.late_max_ns;
+        atomic_fetch_add(&r->rounds, 1);
+    }
+    return NULL;
+}
+
+/* Returns once the reader has taken two more snapshots: at least one
+ * wholly after whatever the caller saw done. */
+static void stats_reader_two_more(struct stats_reader *r)
+{
+    int from = atomic_load(&r->rounds);
+    for (int ms = 0; ms < 60000 && atomic_load(&r->rounds) < from + 2; ms++)
+        usleep(1000);
+    assert_true(atomic_load(&r->rounds) >= from + 2);
+}
+
+/* tw_stats from a thread of its own while callbacks run and record their
+ * lateness (on the one worker, in the workers' figures as it takes each
+ * job; with workers = 0, on the driver, in the shard's), and while
+ * tw_stop hands back what was taken behind a held callback (taking each
+ * back out of the shard's counts: on the stopping thread from the
+ * workers' queue; with workers = 0, on the driver from its batch): every
+ * snapshot adds up, and every task runs or is handed back exactly once.
+ * Under ThreadSanitizer (CI's stage) it is also the test that tw_stats
+ * reads the workers' lateness under their queue's lock and that a hand-
+ * back writes the shard's counts under the shard's lock: without either
+ * lock those reads and writes race. (The driver's hand-back shows it
+ * surely: nothing orders the reads made while the held callback sleeps
+ * before the driver's writes after it.) */
+static void test_stats_beside_workers_and_stop(void **state)
+{
+    (void)state;
+    enum { N1 = 1000, N2 = 100 };
+    static struct job_rec fired[N1], taken[N2 + 1];
+    for (uint32_t workers = 1; workers <= 1; workers--) {
+        memset(fired, 0, sizeof fired);
+        memset(taken, 0, sizeof taken);
+        struct atomic_clock c;
+        tw_timer *t = mk_fake(&c, workers);
+        uint64_t base = atomic_load(&c.now);
+        struct stats_reader r = { .t = t };
+        pthread_t rd;
+        assert_int_equal(pthread_create(&rd, NULL, stats_reader_main, &r), 0);
+
+        /* due over 20 ms, all run late by up to 20 ms */
+        for (int k = 0; k < N1; k++)
+            assert_int_equal(tw_schedule_at(t, base + (uint64_t)(1 + k % 20) * MS, held_fn,
+                                            &fired[k], NULL), 0);
+        atomic_store(&c.now, base + 21 * MS);
+        assert_int_equal(tw_wake(t), 0);
+        for (int k = 0, ms = 0; k < N1 && ms < 60000; ms++) {
+            while (k < N1 && atomic_load(&fired[k].ran))
+                k++;
+            if (k < N1)
+                usleep(1000);
+        }
+        stats_reader_two_more(&r);
+
+        /* a held callback, and N2 tasks taken behind it (or, past the
+         * driver's batch, left in the wheel) when tw_stop begins */
+        taken[0].hold = 1;
+        gate_reset(1);
+        assert_int_equal(tw_schedule_at(t, base + 22 * MS, held_fn, &taken[0], NULL), 0);
+        for (int k = 1; k <= N2; k++)
+            assert_int_equal(tw_schedule_at(t, base + 23 * MS, held_fn, &taken[k], NULL), 0);
+        atomic_store(&c.now, base + 23 * MS);
+        pthread_t w = start_held_pass(t);
+        assert_int_equal(tw_stop(t, rec_handed, NULL), N2);
+        pthread_join(w, NULL);
+        stats_reader_two_more(&r);
+        atomic_store(&r.stop, 1);
+        pthread_join(rd, NULL);
+
+        assert_int_equal(atomic_load(&r.bad), 0);
+        for (int k = 0; k < N1; k++) {
+            assert_int_equal(atomic_load(&fired[k].ran), 1);
+            assert_int_equal(atomic_load(&fired[k].handed), 0);
+        }
+        assert_int_equal(atomic_load(&taken[0].ran), 1);
+        for (int k = 1; k <= N2; k++) {
+            assert_int_equal(atomic_load(&taken[k].ran), 0);
+            assert_int_equal(atomic_load(&taken[k].handed), 1);
+        }
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.scheduled, N1 + N2 + 1);
+        assert_int_equal(s.fired, N1 + 1);
+        assert_int_equal(s.drained, N2);
+        assert_int_equal(s.pending, 0);
+        assert_int_equal(s.late_max_ns, 20 * MS);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 /* A periodic task taken together with the holder, waiting behind it in
  * the driver's batch (workers = 0) or in the workers' queue (one worker)
  * when tw_stop begins: handed back once, never run, not re-armed, and
@@ -1826,6 +1940,7 @@ int main(void)
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
+        cmocka_unit_test(test_stats_beside_workers_and_stop),
         cmocka_unit_test(test_reschedule_from_unfired),
         cmocka_unit_test(test_stop_hands_back_taken_periodic),
         cmocka_unit_test(test_taken_periodic_past_8_bits),
