@@ -1614,6 +1614,76 @@ static void test_completion_publishes_answer(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A submission's second try, made once the op is watched, runs under the
+ * op's lock, so a check of its key made meanwhile waits for it: the
+ * header's promise that no two tries of one op overlap. Here the second
+ * try waits (200 ms; 1 s under TW_TEST_SLOW) for a check's try to begin
+ * while a thread checks the key over and over; one must not, and the
+ * check's try comes after. Without the lock the check's try begins
+ * during the wait, and the overlap shows in any build. */
+static pthread_t sub_self;
+static int sub_tries;              /* the submitting thread's tries */
+static _Atomic int checks_entered; /* tries made by the checking thread */
+static _Atomic int sub_check_stop;
+
+static bool waiting_try(tw_op *op)
+{
+    struct req *r = tw_op_ctx(op);
+    if (atomic_exchange(&r->in_try, 1))
+        atomic_fetch_add(&r->overlap, 1);
+    r->tries++;
+    if (!pthread_equal(pthread_self(), sub_self)) {
+        atomic_fetch_add(&checks_entered, 1);
+    } else if (++sub_tries == 2) {
+        int ms = getenv("TW_TEST_SLOW") ? 1000 : 200;
+        for (int k = 0; k < ms && !atomic_load(&checks_entered); k++)
+            usleep(1000);
+    }
+    atomic_store(&r->in_try, 0);
+    return false;
+}
+
+static const struct tw_op_ops waiting_ops = { waiting_try, req_complete, req_expire };
+
+static void *key_checker(void *arg)
+{
+    while (!atomic_load(&sub_check_stop))
+        tw_purgatory_check_and_complete(arg, "slow", 4);
+    return NULL;
+}
+
+static void test_submission_tries_under_op_lock(void **state)
+{
+    (void)state;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, NULL), 0); /* threaded */
+    static struct req r;
+    memset(&r, 0, sizeof r);
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &waiting_ops, &r, 60 * SEC, &op), 0);
+    sub_self = pthread_self();
+    sub_tries = 0;
+    atomic_store(&checks_entered, 0);
+    atomic_store(&sub_check_stop, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, key_checker, p), 0);
+    struct tw_key k = KEY("slow");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    for (int ms = 0; ms < 60000 && !atomic_load(&checks_entered); ms++)
+        usleep(1000);
+    atomic_store(&sub_check_stop, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&r.overlap), 0);
+    assert_int_equal(sub_tries, 2);
+    assert_true(atomic_load(&checks_entered) >= 1);
+    assert_int_equal(r.tries, 2 + atomic_load(&checks_entered));
+    assert_true(tw_op_force_complete(op));
+    assert_int_equal(atomic_load(&r.completed), 1);
+    assert_int_equal(r.tries_seen, r.tries);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* Concurrent watch / complete / expire: every op ends completed exactly
  * once, by an event or by its timeout (then expired once, after). */
 #define SOPS 4000
@@ -2025,6 +2095,7 @@ int main(void)
         cmocka_unit_test(test_cancelled_while_submitting),
         cmocka_unit_test(test_many_threads_complete_once),
         cmocka_unit_test(test_completion_publishes_answer),
+        cmocka_unit_test(test_submission_tries_under_op_lock),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
         cmocka_unit_test(test_cancel_races_submission),
         cmocka_unit_test(test_cancel_after_driver_took),
