@@ -926,7 +926,8 @@ static void test_stats_beside_workers_and_stop(void **state)
     (void)state;
     enum { N1 = 1000, N2 = 100 };
     static struct job_rec fired[N1], taken[N2 + 1];
-    for (uint32_t workers = 1; workers <= 1; workers--) {
+    for (uint32_t run = 0; run < 2; run++) {
+        uint32_t workers = 1 - run; /* one worker, then none */
         memset(fired, 0, sizeof fired);
         memset(taken, 0, sizeof taken);
         struct atomic_clock c;
