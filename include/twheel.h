@@ -476,7 +476,9 @@ TW_API unsigned tw_version(void);
  * copy, as the parent does its own.
  *
  * With an injectable clock the driver sleeps for the clock distance to
- * the next deadline on CLOCK_MONOTONIC; tw_wake() makes it look now.
+ * the next deadline on CLOCK_MONOTONIC; tw_wake() makes it look now. With
+ * nothing pending it sleeps until a schedule wakes it, whatever the
+ * clock reads (at the end of time, UINT64_MAX, too).
  */
 
 /* Stops a threaded timer: stops the driver and the workers (they take no

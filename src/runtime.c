@@ -312,17 +312,23 @@ static void dispatch_shard(tw_timer *t, uint32_t si, uint64_t now)
     }
 }
 
-/* The earliest bucket of all shards, in ns (UINT64_MAX: none). */
-static uint64_t next_due(tw_timer *t)
+/* The earliest bucket of all shards, in ns; *found says whether there is
+ * one. UINT64_MAX alone cannot say it: a bucket at the end of time (or
+ * past it, clamped) has that time too, and once the clock is there that
+ * bucket is due now, where "none" must let the driver sleep. */
+static uint64_t next_due(tw_timer *t, int *found)
 {
     uint64_t best = UINT64_MAX;
+    *found = 0;
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct tw__shard *sh = &t->shards[s];
         tw__lock(&sh->lock);
         /* a shard being drained has nothing for the driver until the
          * drain ends (it kicks then) */
-        uint64_t v = sh->eng.draining ? UINT64_MAX : tw__shard_next_ns(&sh->eng);
+        uint64_t v = UINT64_MAX;
+        int any = !sh->eng.draining && tw__shard_next(&sh->eng, &v);
         tw__unlock(&sh->lock);
+        *found |= any;
         if (v < best)
             best = v;
     }
@@ -352,9 +358,10 @@ static void *driver_main(void *p)
             dispatch_shard(t, s, now);
 
         /* plan: publish the wake time, then look again (see the top) */
-        uint64_t next = next_due(t);
+        int found, found_again;
+        uint64_t next = next_due(t, &found);
         atomic_store(&rt->target, next);
-        uint64_t again = next_due(t);
+        uint64_t again = next_due(t, &found_again);
 
         pthread_mutex_lock(&rt->mu);
         /* This pass answers the tw_wake calls made before it began, unless
@@ -364,14 +371,16 @@ static void *driver_main(void *p)
             rt->wake_done = req;
             pthread_cond_broadcast(&rt->done_cv);
         }
-        if (rt->stopping || again < next || rt->kicks != seen_kicks || rt->wake_req != req)
+        if (rt->stopping || again < next || found_again > found ||
+            rt->kicks != seen_kicks || rt->wake_req != req)
             continue;
         uint64_t clock_now = tw__clock_now(t);
-        if (next <= clock_now)
+        if (found && next <= clock_now)
             continue; /* already due: go round again */
         /* Sleep on CLOCK_MONOTONIC. With the timer's own clock, the
-         * distance to the deadline is what we can honour. */
-        uint64_t wait = next - clock_now;
+         * distance to the deadline is what we can honour. With nothing
+         * pending, until woken: a schedule kicks (tw__runtime_kick). */
+        uint64_t wait = found ? next - clock_now : UINT64_MAX;
         uint64_t mono = rt->real_clock ? clock_now : mono_ns();
         uint64_t until = mono + wait < mono ? UINT64_MAX : mono + wait;
         if (until > (uint64_t)INT64_MAX)
@@ -408,7 +417,15 @@ void tw__runtime_late(tw_timer *t, uint64_t *max, uint64_t *hist)
 void tw__runtime_kick(tw_timer *t, uint64_t exp_ns)
 {
     struct tw__runtime *rt = t->rt;
-    if (!rt || exp_ns >= atomic_load(&rt->target))
+    if (!rt)
+        return;
+    /* A target of UINT64_MAX may be "nothing pending" (next_due): a task
+     * due at the end of time must wake the driver then too, since once
+     * the clock is there it is due now. Such a task kicks each time the
+     * driver plans for the end of time (past 584 years of CLOCK_MONOTONIC,
+     * so only with an injectable clock or a deadline clamped there). */
+    uint64_t target = atomic_load(&rt->target);
+    if (exp_ns >= target && target != UINT64_MAX)
         return;
     pthread_mutex_lock(&rt->mu);
     rt->kicks++;

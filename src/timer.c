@@ -943,15 +943,27 @@ int tw_advance(tw_timer *t, uint64_t now_ns)
 
 /* ---- queries ---------------------------------------------------------- */
 
-uint64_t tw__shard_next_ns(struct tw__engine *e)
+int tw__shard_next(struct tw__engine *e, uint64_t *ns)
 {
     tw__engine_settle(e); /* a bucket of cancelled tasks is not due */
-    if (tw__expired_first(e) != TW__EXPIRED_SENT)
-        return e->now_ns;
-    if (!e->dq.n)
-        return UINT64_MAX;
+    if (tw__expired_first(e) != TW__EXPIRED_SENT) {
+        *ns = e->now_ns;
+        return 1;
+    }
+    if (!e->dq.n) {
+        *ns = UINT64_MAX;
+        return 0;
+    }
     uint64_t exp = e->dq.h[0].exp;
-    return exp > UINT64_MAX / e->tick.d ? UINT64_MAX : exp * e->tick.d;
+    *ns = exp > UINT64_MAX / e->tick.d ? UINT64_MAX : exp * e->tick.d;
+    return 1;
+}
+
+uint64_t tw__shard_next_ns(struct tw__engine *e)
+{
+    uint64_t ns;
+    tw__shard_next(e, &ns);
+    return ns;
 }
 
 int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns)
@@ -963,10 +975,8 @@ int tw_next_deadline(tw_timer *t, uint64_t *deadline_ns)
     for (uint32_t s = 0; s < t->nshards; s++) {
         struct tw__shard *sh = &t->shards[s];
         tw__shard_lock(t, sh);
-        struct tw__engine *e = &sh->eng;
-        tw__engine_settle(e);
-        if (e->dq.n || tw__expired_first(e) != TW__EXPIRED_SENT) {
-            uint64_t v = tw__shard_next_ns(e);
+        uint64_t v;
+        if (tw__shard_next(&sh->eng, &v)) {
             found = 1;
             if (v < best)
                 best = v;

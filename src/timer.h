@@ -192,6 +192,10 @@ size_t tw__drain_shard(tw_timer *t, uint32_t shard, tw_fn each);
 
 /* The earliest bucket expiration of a shard in ns, or UINT64_MAX. */
 uint64_t tw__shard_next_ns(struct tw__engine *e);
+/* The same into *ns; returns 1 if the shard has a bucket, 0 if none
+ * (UINT64_MAX is also a bucket's time: one at, or clamped to, the end of
+ * time). Call with the shard lock held. */
+int tw__shard_next(struct tw__engine *e, uint64_t *ns);
 
 /* Threaded runtime (runtime.c). */
 int tw__runtime_start(tw_timer *t, const struct tw_options *o);

@@ -47,6 +47,13 @@ static void spin_until(_Atomic int *flag)
         usleep(1000);
 }
 
+/* Waits (up to 60 s of real time) until *n reaches want. */
+static void spin_until_count(_Atomic int *n, int want)
+{
+    for (int ms = 0; ms < 60000 && atomic_load(n) < want; ms++)
+        usleep(1000);
+}
+
 /* The driver is asleep: over 100 ms of real time it reads the timer's
  * clock at most a few times (a spurious wake-up of its condition
  * variable). A driver that spins reads it thousands of times. It may still
@@ -383,9 +390,20 @@ static void test_periodic_end_of_time_threaded(void **state)
     for (int k = 0; k < 3; k++)
         assert_int_equal(tw_wake(t), 0);
     assert_int_equal(atomic_load(&n), 4);
+    /* Nothing is pending, and the clock is at the end of time, where its
+     * next bucket's time would also be: the driver sleeps (it spun there,
+     * taking "nothing" at UINT64_MAX for a bucket due now), and a task
+     * scheduled there still wakes it and fires, with no tw_wake. */
+    assert_driver_asleep(&c);
     struct tw_stats s;
     tw_stats(t, &s);
     assert_int_equal(s.fired, 4);
+    assert_int_equal(tw_schedule(t, 10 * MS, count_atomic_fn, &n, NULL), 0);
+    spin_until_count(&n, 5);
+    assert_int_equal(atomic_load(&n), 5);
+    assert_driver_asleep(&c);
+    tw_stats(t, &s);
+    assert_int_equal(s.fired, 5);
     assert_check(t);
     assert_int_equal(tw_stop(t, NULL, NULL), 0);
     tw_destroy(t);
