@@ -360,10 +360,7 @@ static void *driver_main(void *p)
         /* plan: publish the wake time, then look again (see the top) */
         int found, found_again;
         uint64_t next = next_due(t, &found);
-        /* UINT64_MAX is "nothing pending": any schedule kicks. A plan for
-         * the end of time is published one short of it, so that the
-         * tasks scheduled there after the first do not kick. */
-        atomic_store(&rt->target, !found ? UINT64_MAX : next == UINT64_MAX ? UINT64_MAX - 1 : next);
+        atomic_store(&rt->target, next);
         uint64_t again = next_due(t, &found_again);
 
         pthread_mutex_lock(&rt->mu);
@@ -422,9 +419,12 @@ void tw__runtime_kick(tw_timer *t, uint64_t exp_ns)
     struct tw__runtime *rt = t->rt;
     if (!rt)
         return;
-    /* A target of UINT64_MAX is "nothing pending" (driver_main): a task
+    /* A target of UINT64_MAX may be "nothing pending" (next_due): a task
      * due at the end of time wakes the driver then too, since once the
-     * clock is there (an injectable clock's) it is due now. */
+     * clock is there (an injectable clock's) it is due now. A plan for
+     * the end of time is woken by it as well, needlessly, but only when
+     * a shard goes from no bucket to one there: a schedule kicks only
+     * when it makes its shard's earliest bucket earlier. */
     uint64_t target = atomic_load(&rt->target);
     if (exp_ns >= target && target != UINT64_MAX)
         return;
