@@ -312,12 +312,15 @@ static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
     return tw__make_id(t, si, i, gen);
 }
 
-/* Wakes the driver when the shard's earliest bucket moved earlier. */
+/* Wakes the driver when the shard's earliest bucket moved earlier, or
+ * when it had none: with a 1 ns tick a bucket at the end of time is at
+ * tick UINT64_MAX, the value that said "none" before (once the clock is
+ * there, the driver sleeps with nothing pending until kicked). */
 static inline void kick_if_earlier(tw_timer *t, struct tw__engine *e,
                                    uint64_t head_before)
 {
     uint64_t head = queue_head_tick(e);
-    if (head < head_before)
+    if (head < head_before || (head_before == UINT64_MAX && e->dq.n))
         tw__runtime_kick(t, tw__shard_next_ns(e));
 }
 

@@ -409,6 +409,44 @@ static void test_periodic_end_of_time_threaded(void **state)
     tw_destroy(t);
 }
 
+/* A clock at the end of time, nothing pending: the driver sleeps, and a
+ * task scheduled then (due at once) wakes it with no tw_wake, whatever the
+ * tick. With a 1 ns tick its bucket is at tick UINT64_MAX, the value a
+ * shard with no bucket reports too: the schedule must kick all the same.
+ * With 1 us, the tick holding the end of time is not the last one. */
+static void test_end_of_time_schedule_wakes_driver(void **state)
+{
+    (void)state;
+    static const uint64_t ticks[] = { 1, 1000, MS };
+    for (size_t k = 0; k < sizeof ticks / sizeof ticks[0]; k++) {
+        struct atomic_clock c;
+        atomic_init(&c.now, UINT64_MAX);
+        atomic_init(&c.reads, 0);
+        struct tw_options o;
+        tw_options_init(&o);
+        o.clock = atomic_clock_read;
+        o.clock_ctx = &c;
+        o.threaded = 1;
+        o.shards = 2;
+        o.tick_ns = ticks[k];
+        tw_timer *t;
+        assert_int_equal(tw_create(&t, &o), 0);
+        assert_int_equal(tw_wake(t), 0);
+        assert_driver_asleep(&c);
+        _Atomic int n = 0;
+        assert_int_equal(tw_schedule_at(t, UINT64_MAX, count_atomic_fn, &n, NULL), 0);
+        spin_until_count(&n, 1);
+        assert_int_equal(atomic_load(&n), 1);
+        assert_int_equal(tw_schedule(t, 5 * MS, count_atomic_fn, &n, NULL), 0);
+        spin_until_count(&n, 2);
+        assert_int_equal(atomic_load(&n), 2);
+        assert_driver_asleep(&c);
+        assert_int_equal(tw_pending(t), 0);
+        assert_check(t);
+        tw_destroy(t);
+    }
+}
+
 static _Atomic int handed;
 /* tw_stop calls it on the caller's thread */
 static void unfired_fn(tw_timer *t, tw_id id, void *arg)
@@ -1952,6 +1990,7 @@ int main(void)
         cmocka_unit_test(test_driver_spreads_cascade),
         cmocka_unit_test(test_periodic_threaded),
         cmocka_unit_test(test_periodic_end_of_time_threaded),
+        cmocka_unit_test(test_end_of_time_schedule_wakes_driver),
         cmocka_unit_test(test_stop_hands_back),
         cmocka_unit_test(test_stop_hands_back_past_16_bits),
         cmocka_unit_test(test_stop_from_callback),
