@@ -287,8 +287,9 @@ void tw_destroy(tw_timer *t)
 
 /* ---- scheduling ------------------------------------------------------- */
 
-/* The earliest bucket's expiration in ticks (UINT64_MAX: none); only ever
- * compared with itself, to see whether a change made an earlier bucket. */
+/* The earliest bucket's expiration in ticks (UINT64_MAX: none, or a
+ * bucket at that tick: see kick_if_earlier); only ever compared with
+ * itself, to see whether a change made an earlier bucket. */
 static inline uint64_t queue_head_tick(struct tw__engine *e)
 {
     return e->dq.n ? e->dq.h[0].exp : UINT64_MAX;
