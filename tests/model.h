@@ -60,6 +60,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h> /* thrd_sleep */
+#include <time.h>
 
 #include "twheel.h"
 
@@ -902,6 +904,14 @@ static inline void m_verify_percentiles(struct model *m)
  * of `wheel` slots a level, or 0 for one the stream picks (2, 4, 8 or
  * 64: small wheels, whose levels a short run fills and passes). Returns
  * the number of steps. */
+/* The task model_run schedules last, threaded, at the end of time. */
+static void m_end_fire(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
 static inline long model_run(struct msrc *src, long max_steps, unsigned threaded_one_in,
                              uint32_t wheel)
 {
@@ -1019,6 +1029,18 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
     m_verify(m);
     m_verify_percentiles(m);
     if (m->threaded) {
+        /* Nothing is pending and the clock is at the end of time, where
+         * the driver sleeps until kicked: a task scheduled now is due at
+         * once and must wake it, with no tw_wake (on a 1 ns tick its
+         * bucket is at tick UINT64_MAX, which also means "no bucket").
+         * The one wait on real time here: microseconds, 30 s allowed. */
+        int done = 0;
+        if (tw_schedule(m->t, 1, m_end_fire, &done, NULL) != 0)
+            MODEL_FAIL(m, "tw_schedule at the end of time failed");
+        for (long n = 0; n < 300000 && !__atomic_load_n(&done, __ATOMIC_ACQUIRE); n++)
+            thrd_sleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
+        if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+            MODEL_FAIL(m, "a task due at the end of time did not wake the driver");
         if (tw_stop(m->t, NULL, NULL) != 0)
             MODEL_FAIL(m, "tw_stop handed back tasks after the end of time");
         if (tw_schedule(m->t, 1, m_fire, NULL, NULL) != -ESHUTDOWN)
