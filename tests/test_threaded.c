@@ -447,6 +447,56 @@ static void test_end_of_time_schedule_wakes_driver(void **state)
     }
 }
 
+/* Counts, after 50 ms: long enough for the driver to plan its sleep
+ * while the task is out of its shard, running. */
+static void slow_count_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    usleep(50000);
+    atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+/* A periodic task re-armed on a worker into an empty shard, at the end of
+ * time on a 1 ns tick and in level 0 (tick UINT64_MAX, which also means
+ * "no bucket"): the driver, which planned while the task ran and found
+ * nothing, must be kicked, so that it sleeps the clock's distance to the
+ * task and sees the clock get there by itself (no tw_wake). */
+static void test_rearm_at_end_of_time_wakes_driver(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    uint64_t start = UINT64_MAX - 1000;
+    atomic_init(&c.now, start);
+    atomic_init(&c.reads, 0);
+    struct tw_options o;
+    tw_options_init(&o);
+    o.clock = atomic_clock_read;
+    o.clock_ctx = &c;
+    o.threaded = 1;
+    o.workers = 1;
+    o.shards = 1;
+    o.tick_ns = 1;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    _Atomic int n = 0;
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, 990, 100, TW_FIXED_DELAY, slow_count_fn, &n, &id), 0);
+    atomic_store(&c.now, UINT64_MAX - 10);
+    assert_int_equal(tw_wake(t), 0); /* queued to the worker */
+    uint64_t d = 0;
+    for (int ms = 0; ms < 60000 && tw_deadline(t, id, &d) != 0; ms++)
+        usleep(1000); /* -EBUSY until re-armed */
+    assert_int_equal(tw_deadline(t, id, &d), 0);
+    assert_true(d == UINT64_MAX); /* UINT64_MAX - 10 + 100, clamped */
+    assert_int_equal(atomic_load(&n), 1);
+    atomic_store(&c.now, UINT64_MAX);
+    spin_until_count(&n, 2);
+    assert_int_equal(atomic_load(&n), 2); /* its last firing */
+    assert_int_equal(tw_stop(t, NULL, NULL), 0);
+    tw_destroy(t);
+}
+
 static _Atomic int handed;
 /* tw_stop calls it on the caller's thread */
 static void unfired_fn(tw_timer *t, tw_id id, void *arg)
@@ -1991,6 +2041,7 @@ int main(void)
         cmocka_unit_test(test_periodic_threaded),
         cmocka_unit_test(test_periodic_end_of_time_threaded),
         cmocka_unit_test(test_end_of_time_schedule_wakes_driver),
+        cmocka_unit_test(test_rearm_at_end_of_time_wakes_driver),
         cmocka_unit_test(test_stop_hands_back),
         cmocka_unit_test(test_stop_hands_back_past_16_bits),
         cmocka_unit_test(test_stop_from_callback),
