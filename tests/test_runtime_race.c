@@ -293,6 +293,39 @@ static void test_schedule_before_plan_published(void **state)
     tw_destroy(t);
 }
 
+/* The same window on a clock at the end of time with nothing pending.
+ * The first look finds no bucket, which it reports as UINT64_MAX, and the
+ * schedule in the window makes one due at once whose time is UINT64_MAX
+ * too: only whether the second look found a bucket, where the first found
+ * none, tells the driver to go round again rather than sleep until woken. */
+static void test_schedule_before_plan_published_end_of_time(void **state)
+{
+    (void)state;
+    test_side = 2;
+    struct atomic_clock c;
+    tw_timer *t = mk_fake_sharded(&c, 0, UINT64_MAX, 1);
+    hook_timer = t;
+    atomic_store(&hook_task, 0);
+    atomic_store(&fired_hooks, 0);
+    assert_int_equal(tw_wake(t), 0); /* planned: nothing pending */
+
+    _Atomic uint32_t *w = &t->shards[0].lock.v;
+    uint32_t free_ = 0;
+    assert_true(atomic_compare_exchange_strong(w, &free_, 1)); /* held */
+    atomic_store(&gate_releases, 0);
+    atomic_store(&gate_inject_at, 2); /* the dispatch's release, then the first look's */
+    atomic_store(&gate, w);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&fired_hooks), 1);
+    spin_until(&hook_task); /* due now: no tw_wake */
+    assert_int_equal(atomic_load(&hook_task), 1);
+    assert_int_equal(tw_stop(t, NULL, NULL), 0); /* the driver gone first */
+    atomic_store(&gate, NULL);
+    assert_int_equal(atomic_load(w), 0);
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
 /* A callback on the driver that holds it until let go. */
 struct holder {
     _Atomic int running, release;
@@ -394,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_wake_after_plan),
         cmocka_unit_test(test_stop_after_plan),
         cmocka_unit_test(test_schedule_before_plan_published),
+        cmocka_unit_test(test_schedule_before_plan_published_end_of_time),
         cmocka_unit_test(test_wake_overtaken_by_stop),
         cmocka_unit_test(test_second_stop_waits),
     };
