@@ -50,11 +50,10 @@ static inline uint64_t atomic_clock_read(void *ctx)
     return atomic_load(&c->now);
 }
 
-/* A threaded timer (callbacks on `workers` threads, 0: on the driver; in
- * `shards` shards, 0: the default) on an atomic clock set to `start`;
- * tw_wake makes it look. */
-static inline tw_timer *mk_fake_sharded(struct atomic_clock *c, uint32_t workers,
-                                        uint64_t start, uint32_t shards)
+/* A timer as mk_fake_sharded (below) makes, with a tick of `tick` ns
+ * (0: the default). */
+static inline tw_timer *mk_fake_tick(struct atomic_clock *c, uint32_t workers,
+                                     uint64_t start, uint32_t shards, uint64_t tick)
 {
     struct tw_options o;
     tw_options_init(&o);
@@ -66,9 +65,20 @@ static inline tw_timer *mk_fake_sharded(struct atomic_clock *c, uint32_t workers
     o.workers = workers;
     if (shards)
         o.shards = shards;
+    if (tick)
+        o.tick_ns = tick;
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);
     return t;
+}
+
+/* A threaded timer (callbacks on `workers` threads, 0: on the driver; in
+ * `shards` shards, 0: the default) on an atomic clock set to `start`;
+ * tw_wake makes it look. */
+static inline tw_timer *mk_fake_sharded(struct atomic_clock *c, uint32_t workers,
+                                        uint64_t start, uint32_t shards)
+{
+    return mk_fake_tick(c, workers, start, shards, 0);
 }
 
 static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,

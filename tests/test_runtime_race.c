@@ -260,6 +260,31 @@ static void test_stop_after_plan(void **state)
     tw_destroy(t);
 }
 
+/* Opens the gate on t's one shard so that a schedule (due now) lands
+ * between the driver's first look and the publication of its plan, makes
+ * the driver pass, and checks that the task fires with no tw_wake and no
+ * clock moved. Then stops t, whose tw_stop must hand back `left` tasks
+ * (the driver gone before the gate closes), and destroys it. */
+static void schedule_between_looks(tw_timer *t, int left)
+{
+    assert_int_equal(t->nshards, 1);
+    _Atomic uint32_t *w = &t->shards[0].lock.v;
+    uint32_t free_ = 0;
+    assert_true(atomic_compare_exchange_strong(w, &free_, 1)); /* held */
+    atomic_store(&gate_releases, 0);
+    atomic_store(&gate_inject_at, 2); /* the dispatch's release, then the first look's */
+    atomic_store(&gate, w);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&fired_hooks), 1);
+    spin_until(&hook_task);
+    assert_int_equal(atomic_load(&hook_task), 1);
+    assert_int_equal(tw_stop(t, NULL, NULL), left);
+    atomic_store(&gate, NULL);
+    assert_int_equal(atomic_load(w), 0);
+    assert_int_equal(tw_pending(t), 0);
+    tw_destroy(t);
+}
+
 /* A schedule between the driver's first look at the shards and the
  * publication of its plan: the scheduler sees no plan (the driver cleared
  * it on waking) and does not kick, and the driver's second look, after it
@@ -273,24 +298,8 @@ static void test_schedule_before_plan_published(void **state)
     struct atomic_clock c;
     _Atomic int far = 0;
     tw_timer *t = mk_planned(&c, &far, 1);
-    assert_int_equal(t->nshards, 1);
-
-    _Atomic uint32_t *w = &t->shards[0].lock.v;
-    uint32_t free_ = 0;
-    assert_true(atomic_compare_exchange_strong(w, &free_, 1)); /* held */
-    atomic_store(&gate_releases, 0);
-    atomic_store(&gate_inject_at, 2); /* the dispatch's release, then the first look's */
-    atomic_store(&gate, w);
-    assert_int_equal(tw_wake(t), 0);
-    assert_int_equal(atomic_load(&fired_hooks), 1);
-    spin_until(&hook_task); /* due now: no tw_wake, no clock moved */
-    assert_int_equal(atomic_load(&hook_task), 1);
+    schedule_between_looks(t, 1); /* the far task, dropped */
     assert_int_equal(atomic_load(&far), 0);
-    assert_int_equal(tw_stop(t, NULL, NULL), 1); /* the driver gone first */
-    atomic_store(&gate, NULL);
-    assert_int_equal(atomic_load(w), 0);
-    assert_int_equal(tw_pending(t), 0);
-    tw_destroy(t);
 }
 
 /* The same window on a clock at the end of time with nothing pending.
@@ -308,22 +317,7 @@ static void test_schedule_before_plan_published_end_of_time(void **state)
     atomic_store(&hook_task, 0);
     atomic_store(&fired_hooks, 0);
     assert_int_equal(tw_wake(t), 0); /* planned: nothing pending */
-
-    _Atomic uint32_t *w = &t->shards[0].lock.v;
-    uint32_t free_ = 0;
-    assert_true(atomic_compare_exchange_strong(w, &free_, 1)); /* held */
-    atomic_store(&gate_releases, 0);
-    atomic_store(&gate_inject_at, 2); /* the dispatch's release, then the first look's */
-    atomic_store(&gate, w);
-    assert_int_equal(tw_wake(t), 0);
-    assert_int_equal(atomic_load(&fired_hooks), 1);
-    spin_until(&hook_task); /* due now: no tw_wake */
-    assert_int_equal(atomic_load(&hook_task), 1);
-    assert_int_equal(tw_stop(t, NULL, NULL), 0); /* the driver gone first */
-    atomic_store(&gate, NULL);
-    assert_int_equal(atomic_load(w), 0);
-    assert_int_equal(tw_pending(t), 0);
-    tw_destroy(t);
+    schedule_between_looks(t, 0);
 }
 
 /* A callback on the driver that holds it until let go. */

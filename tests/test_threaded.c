@@ -420,17 +420,7 @@ static void test_end_of_time_schedule_wakes_driver(void **state)
     static const uint64_t ticks[] = { 1, 1000, MS };
     for (size_t k = 0; k < sizeof ticks / sizeof ticks[0]; k++) {
         struct atomic_clock c;
-        atomic_init(&c.now, UINT64_MAX);
-        atomic_init(&c.reads, 0);
-        struct tw_options o;
-        tw_options_init(&o);
-        o.clock = atomic_clock_read;
-        o.clock_ctx = &c;
-        o.threaded = 1;
-        o.shards = 2;
-        o.tick_ns = ticks[k];
-        tw_timer *t;
-        assert_int_equal(tw_create(&t, &o), 0);
+        tw_timer *t = mk_fake_tick(&c, 0, UINT64_MAX, 2, ticks[k]);
         assert_int_equal(tw_wake(t), 0);
         assert_driver_asleep(&c);
         _Atomic int n = 0;
@@ -466,19 +456,7 @@ static void test_rearm_at_end_of_time_wakes_driver(void **state)
 {
     (void)state;
     struct atomic_clock c;
-    uint64_t start = UINT64_MAX - 1000;
-    atomic_init(&c.now, start);
-    atomic_init(&c.reads, 0);
-    struct tw_options o;
-    tw_options_init(&o);
-    o.clock = atomic_clock_read;
-    o.clock_ctx = &c;
-    o.threaded = 1;
-    o.workers = 1;
-    o.shards = 1;
-    o.tick_ns = 1;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
+    tw_timer *t = mk_fake_tick(&c, 1, UINT64_MAX - 1000, 1, 1);
     _Atomic int n = 0;
     tw_id id;
     assert_int_equal(tw_schedule_every(t, 990, 100, TW_FIXED_DELAY, slow_count_fn, &n, &id), 0);
