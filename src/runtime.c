@@ -197,12 +197,9 @@ static void run_job(tw_timer *t, struct tw__job *j)
         struct tw__shard *sh = &t->shards[j->shard];
         uint64_t now = tw__clock_now(t);
         tw__lock(&sh->lock);
-        uint64_t before = sh->eng.dq.n ? sh->eng.dq.h[0].exp : UINT64_MAX;
+        uint64_t before = tw__engine_head(&sh->eng);
         tw__finish_periodic(t, j->shard, j, now);
-        uint64_t head = sh->eng.dq.n ? sh->eng.dq.h[0].exp : UINT64_MAX;
-        /* UINT64_MAX before: none, or tick UINT64_MAX (a 1 ns tick's end
-         * of time), as in kick_if_earlier (timer.c) */
-        if (head < before || (before == UINT64_MAX && sh->eng.dq.n))
+        if (tw__engine_head_earlier(&sh->eng, before))
             tw__runtime_kick(t, tw__shard_next_ns(&sh->eng));
         tw__unlock(&sh->lock);
     }

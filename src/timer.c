@@ -287,14 +287,6 @@ void tw_destroy(tw_timer *t)
 
 /* ---- scheduling ------------------------------------------------------- */
 
-/* The earliest bucket's expiration in ticks (UINT64_MAX: none, or a
- * bucket at that tick: see kick_if_earlier); only ever compared with
- * itself, to see whether a change made an earlier bucket. */
-static inline uint64_t queue_head_tick(struct tw__engine *e)
-{
-    return e->dq.n ? e->dq.h[0].exp : UINT64_MAX;
-}
-
 /* Commits a new task; tw__wheel_reserve has succeeded. */
 static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
                            uint64_t deadline, uint64_t dt, tw_fn fn,
@@ -313,15 +305,12 @@ static inline tw_id commit(tw_timer *t, uint32_t si, struct tw__engine *e,
     return tw__make_id(t, si, i, gen);
 }
 
-/* Wakes the driver when the shard's earliest bucket moved earlier, or
- * when it had none: with a 1 ns tick a bucket at the end of time is at
- * tick UINT64_MAX, the value that said "none" before (once the clock is
- * there, the driver sleeps with nothing pending until kicked). */
+/* Wakes the driver when the shard's earliest bucket moved earlier
+ * (head_before: tw__engine_head before the change). */
 static inline void kick_if_earlier(tw_timer *t, struct tw__engine *e,
                                    uint64_t head_before)
 {
-    uint64_t head = queue_head_tick(e);
-    if (head < head_before || (head_before == UINT64_MAX && e->dq.n))
+    if (tw__engine_head_earlier(e, head_before))
         tw__runtime_kick(t, tw__shard_next_ns(e));
 }
 
@@ -332,7 +321,7 @@ static void commit_and_kick(tw_timer *t, uint32_t si, struct tw__engine *e,
                             uint64_t deadline, uint64_t dt, tw_fn fn, void *arg,
                             uint32_t *slot, tw_id *idp)
 {
-    uint64_t before = t->threaded ? queue_head_tick(e) : 0;
+    uint64_t before = t->threaded ? tw__engine_head(e) : 0;
     tw_id id = commit(t, si, e, deadline, dt, fn, arg, slot);
     if (t->threaded)
         kick_if_earlier(t, e, before);
@@ -453,7 +442,7 @@ static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int
     if (rc == 1)
         return add_plain(t, si, deadline, fn, arg, id);
     /* a new bucket: in threaded mode it may be the earliest */
-    uint64_t before = t->threaded ? queue_head_tick(e) : 0;
+    uint64_t before = t->threaded ? tw__engine_head(e) : 0;
     list_started(e, started);
     if (t->threaded)
         kick_if_earlier(t, e, before);
@@ -800,7 +789,7 @@ static int reschedule(tw_timer *t, tw_id id, int absolute, uint64_t v)
     if ((rc = tw__wheel_reserve_level(e, dt)))
         goto out;
     en = tw__pool_entry(&e->pool, i); /* a new level moves the pool */
-    uint64_t before = queue_head_tick(e);
+    uint64_t before = tw__engine_head(e);
     tw__list_unlink(e, en);
     en->deadline = deadline;
     tw__wheel_place(e, i, en, dt);

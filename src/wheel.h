@@ -116,6 +116,25 @@ static inline uint64_t tw__engine_pending(const struct tw__engine *e)
     return e->scheduled - e->cancelled - e->drained - e->completed;
 }
 
+/* The earliest bucket's expiration in ticks, UINT64_MAX if none: a mark
+ * taken before a change, for tw__engine_head_earlier after it. */
+static inline uint64_t tw__engine_head(const struct tw__engine *e)
+{
+    return e->dq.n ? e->dq.h[0].exp : UINT64_MAX;
+}
+
+/* Whether the change since `before` (tw__engine_head) made an earlier
+ * earliest bucket: the threaded schedule's test for waking the driver.
+ * With none before, any bucket now is earlier, one at tick UINT64_MAX
+ * included, which a 1 ns tick gives the end of time (once a clock is
+ * there, the driver sleeps with nothing pending until woken). A bucket at
+ * that tick before counts as none: a needless wake-up, at the end of
+ * time only. */
+static inline int tw__engine_head_earlier(const struct tw__engine *e, uint64_t before)
+{
+    return tw__engine_head(e) < before || (before == UINT64_MAX && e->dq.n);
+}
+
 void tw__engine_flush(struct tw__engine *e);
 
 /* Whether any cancel's unlink waits: the slot before defer_pos says. */
