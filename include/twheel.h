@@ -400,9 +400,16 @@ TW_API size_t tw_drain(tw_timer *t, tw_fn each, void *arg);
  * the outer drain's in place. NULL outside a drain of t. */
 TW_API void *tw_drain_arg(tw_timer *t);
 
-/* Fills *s (all zero when t is NULL; nothing when s is NULL). On a
- * threaded timer the counters are summed over shards and may be mutually
- * inconsistent by the operations in flight. */
+/* Fills *s (all zero when t is NULL; nothing when s is NULL). pending is
+ * scheduled - cancelled - drained - the firings that ended a task (every
+ * one-shot firing; a periodic one's only at the end of time), so while only
+ * one-shot tasks are used scheduled == pending + fired + cancelled +
+ * drained (each periodic firing adds to fired alone). Threaded, the
+ * figures are summed over shards, each read under its own lock: that
+ * identity holds in every result, even while other threads schedule,
+ * fire and stop, but the sum is not one instant (an operation in a shard
+ * already read is missed while a later one in a shard read after it is
+ * counted). late_max_ns never decreases from one call to the next. */
 TW_API void tw_stats(tw_timer *t, struct tw_stats *s);
 
 /* Checks every internal invariant (heap order and indices, list links,
