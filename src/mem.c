@@ -119,9 +119,9 @@ void tw__advise_huge(void *p, size_t len)
 
 void *tw__alloc_res(struct tw__mem *m, size_t size, size_t want, size_t *res)
 {
-    void *p;
     *res = 0;
 #ifdef __linux__
+    void *p;
     if (tw__mapped(m, size)) {
         if ((p = map_res(size, want, res)))
             m->bytes += size;

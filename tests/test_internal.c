@@ -496,6 +496,7 @@ static void test_thread_start_fails(void **state)
 /* Default shards: four per CPU the creating thread may run on, in 4 ..
  * 64, a power of two. Pinned to one CPU, a timer gets 4, however many the
  * machine has. */
+#ifdef __linux__
 static uint32_t default_shards(void)
 {
     struct tw_options o;
@@ -507,6 +508,7 @@ static uint32_t default_shards(void)
     tw_destroy(t);
     return n;
 }
+#endif
 
 static void test_default_shards_follow_affinity(void **state)
 {
@@ -1064,6 +1066,9 @@ static int can_populate(void)
 static void test_populate_chunks(void **state)
 {
     (void)state;
+#ifndef __linux__
+    skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
+#endif
     if (!can_populate())
         skip();
     size_t len = (size_t)1 << 20, sz = sizeof(struct tw__entry);
@@ -1120,6 +1125,9 @@ static void test_populate_chunks(void **state)
 static void test_pool_populates_ahead(void **state)
 {
     (void)state;
+#ifndef __linux__
+    skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
+#endif
     int can = can_populate();
     for (int user = 0; user < 2; user++) {
         struct count_alloc a = { 0 };
@@ -1238,6 +1246,9 @@ static int under_valgrind(void)
 static void test_reserved_block_growth(void **state)
 {
     (void)state;
+#ifndef __linux__
+    skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
+#endif
     const size_t mb = (size_t)1 << 20;
     struct tw__mem m;
     assert_int_equal(tw__mem_init(&m, NULL), 0);
@@ -1365,6 +1376,9 @@ static void test_reservation_refused(void **state)
 static void test_pool_grows_in_place(void **state)
 {
     (void)state;
+#ifndef __linux__
+    skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
+#endif
     struct fake_clock c;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
     tw_timer *t;
@@ -1428,6 +1442,9 @@ static void test_pool_grows_in_place(void **state)
 static void test_capped_pool_reserves_to_its_cap(void **state)
 {
     (void)state;
+#ifndef __linux__
+    skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
+#endif
     const uint32_t capslots = 50000;
     struct fake_clock c;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
@@ -1473,6 +1490,9 @@ static void test_capped_pool_reserves_to_its_cap(void **state)
 static void test_new_level_leaves_big_pool(void **state)
 {
     (void)state;
+#ifndef __linux__
+    skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
+#endif
     struct fake_clock c;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
     tw_timer *t;
@@ -1506,6 +1526,9 @@ static void test_new_level_leaves_big_pool(void **state)
 static void test_threaded_pool_stays_small_paged(void **state)
 {
     (void)state;
+#ifndef __linux__
+    skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
+#endif
     struct tw_options o;
     tw_options_init(&o);
     o.threaded = 1;
