@@ -276,6 +276,12 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         if (tw__is_extra(en) && ((struct tw__extra *)en->arg)->state != TW__X_IDLE) {
             running++;
             running_live += (uint64_t)tw__extra_live(en->arg);
+            /* taken out of its list to fire (tw__take_job): links to
+             * nowhere until it is placed again, so that no stale link
+             * points into a list it has left */
+            if (en->link.next != TW__NIL || en->link.prev != TW__NIL)
+                FAIL(c, "slot %u: its callback runs, but its links name %#x and %#x", i,
+                     en->link.next, en->link.prev);
         }
     }
     if (extras != e->extras)

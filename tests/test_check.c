@@ -717,6 +717,52 @@ static void test_listed_while_running(void **state)
           "listed while its callback runs");
 }
 
+/* A periodic task whose callback runs is in no list, and its links say
+ * so (tw__take_job sets both to TW__NIL): from inside the callback, a
+ * link left pointing at a list is caught, either one. */
+struct stale_links {
+    int runs, clean, next_caught, prev_caught;
+};
+
+static void check_links_while_running(tw_timer *t, tw_id id, void *arg)
+{
+    struct stale_links *k = arg;
+    struct tw__entry *en = tw__pool_entry(&t->shards[0].eng.pool, tw__id_slot(t, id));
+    k->runs++;
+    k->clean += tw_check(t, stderr) == 0;
+    uint32_t list = en->link.next;
+    en->link.next = tw__ref(0); /* slot 0: a task of the same timer */
+    k->next_caught += tw_check(t, NULL) == -EFAULT;
+    en->link.next = list;
+    list = en->link.prev;
+    en->link.prev = tw__ref(0);
+    k->prev_caught += tw_check(t, NULL) == -EFAULT;
+    en->link.prev = list;
+}
+
+static void test_links_while_running(void **state)
+{
+    (void)state;
+    struct fake_clock c = { 0 };
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    struct stale_links k = { 0 };
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_int_equal(tw_schedule(t, 3 * SEC, noop_fn, NULL, NULL), 0); /* slot 0 */
+    assert_int_equal(tw_schedule_every(t, 5 * MS, 5 * MS, TW_FIXED_RATE,
+                                       check_links_while_running, &k, NULL), 0);
+    for (uint64_t ms = 5; ms <= 10; ms += 5) {
+        c.now = ms * MS;
+        assert_int_equal(tw_advance(t, c.now), 1);
+    }
+    assert_int_equal(k.runs, 2);
+    assert_int_equal(k.clean, 2);
+    assert_int_equal(k.next_caught, 2);
+    assert_int_equal(k.prev_caught, 2);
+    assert_check(t); /* re-armed: linked again, and clean */
+    tw_destroy(t);
+}
+
 /* tw_check from inside callbacks, on a timer of its own: a periodic task
  * whose callback runs is pending but in no list, and so is one that has
  * cancelled itself there (not pending); a one-shot task firing is in
@@ -901,6 +947,7 @@ int main(void)
         T(test_key_names_dead_task),
         T(test_listed_while_running),
         T(test_check_in_callbacks),
+        cmocka_unit_test(test_links_while_running),
         T(test_report_names_shard),
     };
 #undef T
