@@ -63,6 +63,7 @@ change nothing a caller could see.
 
     python3 tests/mutants.py [COUNT [SEED [START [SET]]]]   # default 69, seed 28, from 0, set 1
     TW_MUTANT_FILES=rest python3 tests/mutants.py ...      # the files the default leaves out
+    TW_MUTANT_SETUP=-Dc_args=-U__linux__ python3 tests/mutants.py ...  # other systems' paths
 
 With one seed the candidates are shuffled the same way each run (while src/
 is unchanged), so START continues a run: `69 28 69` tries the next 69.
@@ -650,6 +651,9 @@ def main():
     subprocess.run(['git', '-C', top, 'worktree', 'add', '-q', '--detach', tree, 'HEAD'], check=True)
     try:
         setup, env = ['meson', 'setup', build, tree, '-Dbenchmarks=false'], dict(os.environ)
+        # TW_MUTANT_SETUP: more meson options, space-separated, e.g.
+        # -Dc_args=-U__linux__ for the paths for other systems (CI's stage)
+        setup += os.environ.get('TW_MUTANT_SETUP', '').split()
         if OPS in ('relaxed', 'unlock'):  # as CI's ThreadSanitizer stage builds and runs
             setup += ['-Db_sanitize=thread', '-Db_lundef=false']
             env.update(CC='clang', TSAN_OPTIONS='halt_on_error=1:second_deadlock_stack=1',
