@@ -690,7 +690,10 @@ def main():
                     res = 'killed' if r.returncode else 'SURVIVED'
                 except subprocess.TimeoutExpired:
                     res = 'killed(timeout)'
-                    subprocess.run(['pkill', '-f', os.path.join(build, 'tests') + '/'])
+                    # SIGKILL: a hung test may block SIGTERM in every thread
+                    # (the library's threads block it, and a test's main
+                    # thread may too), and would live on, asleep, for good
+                    subprocess.run(['pkill', '-KILL', '-f', os.path.join(build, 'tests') + '/'])
             subprocess.run(['git', '-C', tree, 'checkout', '-q', '--', m['file']], check=True)
             tally[res] = tally.get(res, 0) + 1
             also = ''.join(',%d' % e[0] for e in m.get('more', []))
