@@ -1153,6 +1153,38 @@ static void test_max_pending(void **state)
     tw_destroy(t);
 }
 
+/* A bound past 32 bits is kept whole: 2^32 + 1 admits a second task
+ * (cut to 32 bits it would be 1), manual and threaded alike. */
+static void test_max_pending_wide(void **state)
+{
+    (void)state;
+    for (int threaded = 0; threaded <= 1; threaded++) {
+        struct fake_clock c;
+        struct atomic_clock ac = { 0, 0 };
+        struct tw_options o = manual_opts(&c, 0, MS, 64);
+        if (threaded) { /* the driver reads the clock too: an atomic one */
+            o.threaded = 1;
+            o.clock = atomic_clock_read;
+            o.clock_ctx = &ac;
+        }
+        o.max_pending = ((uint64_t)1 << 32) + 1;
+        tw_timer *t;
+        assert_int_equal(tw_create(&t, &o), 0);
+        int n = 0;
+        tw_id a, b;
+        assert_int_equal(tw_schedule(t, SEC, count_fn, &n, &a), 0);
+        assert_int_equal(tw_schedule(t, SEC, count_fn, &n, &b), 0);
+        struct tw_stats s;
+        tw_stats(t, &s);
+        assert_int_equal(s.rejected, 0);
+        assert_int_equal(s.pending, 2);
+        assert_int_equal(tw_cancel(t, a), 0);
+        assert_int_equal(tw_cancel(t, b), 0);
+        assert_int_equal(tw_pending(t), 0);
+        tw_destroy(t);
+    }
+}
+
 static void reenter_fn(tw_timer *t, tw_id id, void *arg)
 {
     (void)id;
@@ -2397,6 +2429,7 @@ int main(void)
         cmocka_unit_test(test_periodic_cancel_then_reschedule),
         cmocka_unit_test(test_keyed),
         cmocka_unit_test(test_max_pending),
+        cmocka_unit_test(test_max_pending_wide),
         cmocka_unit_test(test_callbacks_reenter),
         cmocka_unit_test(test_next_deadline_loop),
         cmocka_unit_test(test_next_deadline_from_callback),

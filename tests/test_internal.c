@@ -116,6 +116,47 @@ static void test_wrap_on_cancel(void **state)
     tw_destroy(t);
 }
 
+/* A periodic task in a slot past 16 bits: the slot it fires from is
+ * carried from collection to its re-arm (timer.h's job), so it must be
+ * carried whole. 70,000 one-shot tasks an hour out, then a periodic one
+ * (slots are handed out in order: its own is past 65,535), which fires
+ * three times, re-armed in its own slot each time and no other, then is
+ * cancelled; the 70,000 are untouched. */
+static void test_periodic_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    tw_id *ids = malloc(N * sizeof(*ids));
+    assert_non_null(ids);
+    int oneshot = 0, n = 0;
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, 3600 * SEC, count_fn, &oneshot, &ids[k]), 0);
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, 10 * MS, 10 * MS, TW_FIXED_RATE, count_fn, &n, &id), 0);
+    assert_true(tw__id_slot(t, id) >= 65536);
+    for (int k = 1; k <= 3; k++) {
+        assert_int_equal(tw_advance(t, (uint64_t)k * 10 * MS), 1);
+        assert_int_equal(n, k);
+        assert_check(t);
+        uint64_t d;
+        assert_int_equal(tw_deadline(t, id, &d), 0);
+        assert_int_equal(d, (uint64_t)(k + 1) * 10 * MS);
+    }
+    assert_int_equal(tw_pending(t), N + 1);
+    assert_int_equal(tw_cancel(t, id), 0);
+    assert_int_equal(tw_advance(t, 100 * MS), 0);
+    assert_int_equal(n, 3);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    assert_int_equal(oneshot, 0);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
+    free(ids);
+}
+
 /* More slots retired than 16 bits count: 70,000 tasks scheduled and
  * cancelled, every slot then aged to its last generation, 70,000 more
  * scheduled into those slots and cancelled, each generation wrapping.
@@ -1896,6 +1937,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrap_on_cancel),
         cmocka_unit_test(test_retired_past_16_bits),
+        cmocka_unit_test(test_periodic_past_16_bits),
         cmocka_unit_test(test_wrap_on_fire),
         cmocka_unit_test(test_wrap_on_keyed_cancel),
         cmocka_unit_test(test_wrap_on_drop),
