@@ -11,6 +11,7 @@ plot for [i=2:*] 'w1.dat' using 1:i with linespoints lw 2 title columnhead(i)
 set output 'w2.png'
 unset logscale
 set logscale y
+set grid
 set title 'W2 expire-all, cold: firing lateness (ms; p50 and p99 the median run, max the worst)'
 set style data histograms
 set style fill solid 0.8
