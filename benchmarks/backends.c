@@ -34,6 +34,8 @@ static void tw_fire(tw_timer *t, tw_id id, void *arg)
     bench_fired(arg);
 }
 
+int bench_huge_pages;
+
 static int twm_open_mode(struct backend *b, size_t cap, int threaded)
 {
     struct tw_options o;
@@ -41,6 +43,7 @@ static int twm_open_mode(struct backend *b, size_t cap, int threaded)
     o.capacity = cap; /* the same room the other back ends are given */
     o.tick_ns = b->tick_ns;
     o.threaded = threaded;
+    o.huge_pages = !threaded && bench_huge_pages; /* manual only (twheel.h) */
     tw_timer *t;
     int rc = tw_create(&t, &o);
     if (rc)

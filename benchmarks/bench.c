@@ -1619,7 +1619,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: twheel-bench [--quick] [--only w1,w1r,floor,w2,w3,w4,w5,w6] [--backends a,b]\n"
             "                    [--reps N (1..9, default 3)] [--out PREFIX] [--callgrind N]\n"
-            "                    [--n N]  (W1 at this N only) [--w2-emptied]\n");
+            "                    [--n N]  (W1 at this N only) [--w2-emptied]\n"
+            "                    [--huge-pages]  (manual twheel with tw_options.huge_pages)\n");
     exit(2);
 }
 
@@ -1680,6 +1681,8 @@ int main(int argc, char **argv)
             cfg.w1_n = (size_t)atol(argv[++k]);
         else if (!strcmp(argv[k], "--w2-emptied"))
             cfg.w2_emptied = 1;
+        else if (!strcmp(argv[k], "--huge-pages"))
+            bench_huge_pages = 1;
         else if (!strcmp(argv[k], "--callgrind") && k + 1 < argc)
             cfg.callgrind_n = atol(argv[++k]);
         else
@@ -1724,6 +1727,8 @@ int main(int argc, char **argv)
     if (at_selected())
         printf("  %-11s %s\n", be_twheel_threaded_at.name, be_twheel_threaded_at.about);
     printf("ratios are to the heap in this run; tick 1 ms for the wheels\n");
+    if (bench_huge_pages)
+        printf("manual twheel asks for huge pages (--huge-pages: tw_options.huge_pages = 1)\n");
 
     if (selected(cfg.only, "w1") || selected(cfg.only, "w1r"))
         run_w1();

@@ -65,6 +65,8 @@ extern const struct backend_ops be_twheel, be_twheel_threaded, be_heap,
 /* W2 only (its add takes the argument as the absolute deadline): run
  * after twheel-thr, not listed in the back-end table. */
 extern const struct backend_ops be_twheel_threaded_at;
+/* --huge-pages: manual twheel opened with tw_options.huge_pages = 1 */
+extern int bench_huge_pages;
 
 uint64_t bench_now_ns(void);
 double bench_thread_cpu(void); /* this thread's CPU time, s */

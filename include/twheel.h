@@ -129,12 +129,8 @@ struct tw_options {
                                      ahead of the slots in use
                                      (Linux 5.14+: madvise
                                      MADV_POPULATE_WRITE, one call in
-                                     place of 32 page faults); a manual
-                                     timer's pool, past its first 2 MiB,
-                                     asks for transparent huge pages
-                                     (madvise MADV_HUGEPAGE; up to 2 MiB
-                                     resident beyond the slots in use;
-                                     a threaded shard's never does); a
+                                     place of 32 page faults), on 4 KiB
+                                     pages unless huge_pages; a
                                      user's allocator copies it and
                                      its pages fault in as touched. A
                                      manual timer sized here never grows (a
@@ -153,6 +149,28 @@ struct tw_options {
                                      reused, until tw_destroy
                                      (tw_stats.memory_bytes counts
                                      it). */
+    int huge_pages;               /* manual mode only: 0 = the task pool
+                                     stays on 4 KiB pages (default);
+                                     1 = once the pool, mapped by the
+                                     default allocator, reaches past
+                                     its first 2 MiB, it asks for
+                                     transparent huge pages over its
+                                     reservation (Linux madvise
+                                     MADV_HUGEPAGE; nothing where THP
+                                     is "never", on a 32-bit target or
+                                     with a user's allocator). A trade
+                                     (README, "Options"): one fault a
+                                     2 MiB instead of 512, but each
+                                     huge page comes in one lump,
+                                     inside one tw_schedule, of ~0.1
+                                     ms to ~4 ms (more if the kernel
+                                     must compact memory for it), and
+                                     up to 2 MiB sits resident beyond
+                                     the slots in use. Threaded shards
+                                     never ask (they populate under
+                                     the lock their driver fires
+                                     under): 1 with threaded is
+                                     -EINVAL. */
 };
 
 /* Largest wheel_size: 4096, i.e. at most 288 KB a level. A bucket is
@@ -211,8 +229,9 @@ TW_API void tw_options_init(struct tw_options *o);
 /* Creates a timer. o may be NULL for the defaults. Returns 0 and sets *out,
  * or -EINVAL (out NULL, tick_ns 0, wheel_size not a power of two in
  * [2, TW_MAX_WHEEL_SIZE], only one allocator function set, workers or
- * shards without threaded, threaded not 0 or 1, more than 1024 workers or
- * 64 shards, a capacity beyond what the shards can hold), -ENOMEM, or
+ * shards without threaded, threaded or huge_pages not 0 or 1, huge_pages
+ * with threaded, more than 1024 workers or 64 shards, a capacity beyond
+ * what the shards can hold), -ENOMEM, or
  * (threaded) pthread_create's error negated (-EAGAIN: a thread or memory
  * limit). On error *out is left as it was, every byte is freed and every
  * thread already started is joined. The options are copied. */

@@ -8,7 +8,8 @@
 
 #include "pool.h"
 
-/* Transparent huge pages. A manual timer's pool, once its populating
+/* Transparent huge pages, asked for (tw_options.huge_pages) by a manual
+ * timer only. Its pool, once its populating
  * reaches past its first 2 MiB, asks for huge pages over its whole
  * reservation (madvise MADV_HUGEPAGE, mem.h), so the rest of it comes in
  * 2 MiB pages: one fault, one populate, one page table entry each. Where a
@@ -31,6 +32,16 @@
  * populating comes ~0.2 ms a call. So a threaded shard's pool never asks
  * (TW__HUGE_NEVER). Where THP is "never", or the kernel has none, the
  * advice does nothing.
+ *
+ * Nor does a manual pool unless its caller asks: on a host that backs a
+ * guest's memory only as it is first touched, while handing it recycled
+ * 4 KiB pages already backed, the trade runs the other way. There a
+ * fresh 4 KiB page cost 1.3 us and a huge page never used before 8.5 us
+ * a 4 KiB of it (0.18 once recycled), and W2's cold adds took 66-102 ns
+ * with the advice against 17 without; W1 at 10^6 gained nothing from
+ * the larger pages (history.md, "Huge pages made opt-in"). The lump,
+ * and with THP's defrag at "madvise" a compaction's stall inside a
+ * schedule, is a latency an event loop should choose.
  * Earlier tries (advice on part of a block, which split its mapping so
  * that mremap failed; and, on the first host tried, W2's adds made
  * slower, 33 -> 59 ns) are in history.md. */

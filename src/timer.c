@@ -106,6 +106,10 @@ static int check_options(const struct tw_options *o)
         return -EINVAL;
     if (o->threaded != 0 && o->threaded != 1)
         return -EINVAL;
+    /* threaded shards populate under their lock: no huge page's lump
+     * there (pool.c) */
+    if ((o->huge_pages != 0 && o->huge_pages != 1) || (o->huge_pages && o->threaded))
+        return -EINVAL;
     if (!o->threaded && (o->workers || o->shards))
         return -EINVAL;
     if (o->workers > 1024 || o->shards > 64)
@@ -232,7 +236,7 @@ int tw_create(tw_timer **out, const struct tw_options *opt)
             break;
         rc = tw__engine_init(&sh->eng, &sh->mem, o.tick_ns, o.wheel_size,
                              now, max_slots);
-        if (t->threaded) /* its populating runs under the lock (pool.c) */
+        if (!o.huge_pages) /* opt-in; never threaded (check_options) */
             sh->eng.pool.huge = TW__HUGE_NEVER;
         if (!rc && o.capacity) {
             /* and room for the cancels whose unlink waits (wheel.c,

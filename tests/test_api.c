@@ -28,6 +28,7 @@ static void test_options_defaults(void **state)
     assert_null(o.clock);
     assert_null(o.allocator.alloc);
     assert_int_equal(o.threaded, 0);
+    assert_int_equal(o.huge_pages, 0); /* 4 KiB pages unless asked */
     tw_options_init(NULL); /* harmless */
 }
 
@@ -64,7 +65,20 @@ static void test_create_errors(void **state)
     o.workers = 0;
     o.shards = 65;
     assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.shards = 0;
+    o.huge_pages = 1; /* huge pages are for manual timers only */
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.threaded = 0;
+    o.huge_pages = 2; /* 0 or 1 */
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.huge_pages = -1;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
     assert_ptr_equal(t, (tw_timer *)0x1); /* untouched on error */
+    o.huge_pages = 1; /* valid on a manual timer */
+    assert_int_equal(tw_create(&t, &o), 0);
+    assert_check(t);
+    tw_destroy(t);
+    t = (tw_timer *)0x1;
 
     /* NULL options: defaults on CLOCK_MONOTONIC */
     assert_int_equal(tw_create(&t, NULL), 0);

@@ -1413,15 +1413,17 @@ static void test_reservation_refused(void **state)
  * reservation of at least 1 GiB on a 64-bit target, and grows from
  * 32,768 slots to 262,144 without moving: every task's entry stays where
  * it was written. A 32-bit target reserves nothing (its address space is
- * scarce): the pool moves by mremap as it grows. */
-static void test_pool_grows_in_place(void **state)
+ * scarce): the pool moves by mremap as it grows. With huge_pages, past
+ * its first 2 MiB it asks for huge pages; without (the default), never. */
+static void pool_grows_in_place(int huge)
 {
-    (void)state;
 #ifndef __linux__
     skip(); /* elsewhere the pool is plain allocator memory (mem.c) */
 #endif
     struct fake_clock c;
     struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.huge_pages = huge;
+    const int before = huge ? 0 : TW__HUGE_NEVER; /* the state until asked */
     tw_timer *t;
     assert_int_equal(tw_create(&t, &o), 0);
     struct tw__pool *p = &t->shards[0].eng.pool;
@@ -1438,13 +1440,13 @@ static void test_pool_grows_in_place(void **state)
          * first 2 MiB: a pool that stays small stays at 4 KiB pages */
         if (((size_t)p->front + p->used) * sizeof(struct tw__entry) + TW__POPULATE + 4096 <=
             TW__HUGE)
-            assert_int_equal(p->huge, 0);
+            assert_int_equal(p->huge, before);
         if (sizeof(void *) >= 8) {
             assert_true(p->reserved >= ((size_t)1 << 30));
             if (!at) {
                 at = p->entries;
                 /* mapped below the reservation, before the advice */
-                assert_int_equal(p->huge, 0);
+                assert_int_equal(p->huge, before);
                 other = foreign_map_below(at);
             }
             assert_ptr_equal(p->entries, at);
@@ -1458,19 +1460,63 @@ static void test_pool_grows_in_place(void **state)
     }
     assert_true(grew >= 3); /* 32,768 -> 65,536 -> 131,072 -> 262,144 */
     assert_int_equal(cap, 262144);
-    if (sizeof(void *) >= 8) {
+    if (sizeof(void *) >= 8 && huge) {
         /* past its first 2 MiB, the pool asked for huge pages, over its
          * whole reservation (pool.c) */
         assert_int_equal(p->huge, 1);
         assert_int_not_equal(huge_advised(p->entries), 0);
         assert_int_not_equal(huge_advised((char *)p->entries + p->reserved - TW__HUGE), 0);
         assert_int_not_equal(huge_advised(other), 1); /* its own pages only */
-        munmap(other, 4u << 20);
+    } else if (sizeof(void *) >= 8) {
+        /* 9 MB of slots, and not one huge page asked for */
+        assert_int_equal(p->huge, TW__HUGE_NEVER);
+        assert_int_not_equal(huge_advised(p->entries), 1);
+        assert_int_not_equal(huge_advised((char *)p->entries + (8u << 20)), 1);
+        assert_int_not_equal(huge_advised((char *)p->entries + p->reserved - TW__HUGE), 1);
     }
+    if (other)
+        munmap(other, 4u << 20);
     assert_check(t);
     assert_int_equal(tw_advance(t, 10 * SEC), 200000);
     assert_int_equal(fired, 200000);
     tw_destroy(t);
+}
+
+static void test_pool_grows_in_place(void **state)
+{
+    (void)state;
+    pool_grows_in_place(0);
+}
+
+static void test_pool_grows_in_place_huge(void **state)
+{
+    (void)state;
+    pool_grows_in_place(1);
+}
+
+/* huge_pages with a user's allocator: the pool is the allocator's
+ * memory, in no reservation of ours, and no advice is given over it
+ * (twheel.h), however far it grows. */
+static void test_huge_pages_user_allocator(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    o.huge_pages = 1;
+    o.allocator = counting(&a);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    const struct tw__pool *p = &t->shards[0].eng.pool;
+    for (uint32_t j = 0; j < 100000; j++) /* 3.6 MB of slots */
+        assert_int_equal(tw_schedule(t, SEC + (j % 5000) * MS, noop_fn, NULL, NULL), 0);
+    assert_true((size_t)p->cap * sizeof(struct tw__entry) > 2 * TW__HUGE);
+    assert_int_equal(p->reserved, 0);
+    assert_int_equal(p->huge, 0); /* never asked */
+    assert_int_not_equal(huge_advised(p->entries), 1);
+    assert_check(t);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
 }
 
 /* A pool with a cap on its slots (a threaded shard's share of the id
@@ -1961,6 +2007,8 @@ int main(void)
         cmocka_unit_test(test_reserved_block_growth),
         cmocka_unit_test(test_reservation_refused),
         cmocka_unit_test(test_pool_grows_in_place),
+        cmocka_unit_test(test_pool_grows_in_place_huge),
+        cmocka_unit_test(test_huge_pages_user_allocator),
         cmocka_unit_test(test_capped_pool_reserves_to_its_cap),
         cmocka_unit_test(test_threaded_pool_stays_small_paged),
         cmocka_unit_test(test_new_level_leaves_big_pool),
