@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define TW_VERSION_MAJOR 0
-#define TW_VERSION_MINOR 1
+#define TW_VERSION_MINOR 2
 #define TW_VERSION_PATCH 0
 /* The version these headers describe, as one number; compare it with
  * tw_version() to see which library was loaded. */

@@ -45,5 +45,5 @@ echo "ok: links statically with pkg-config --static ($static_libs)"
 echo "$out" | grep -qx "consumer: version $(pkg-config --modversion twheel)" ||
   { echo "version differs from pkg-config's $(pkg-config --modversion twheel)"; exit 1; }
 # the SONAME is versioned
-readelf -d "$libdir/libtwheel.so" | grep -q 'SONAME.*libtwheel\.so\.0'
-echo "ok: installed, found by pkg-config, SONAME libtwheel.so.0"
+readelf -d "$libdir/libtwheel.so" | grep -q 'SONAME.*libtwheel\.so\.1'
+echo "ok: installed, found by pkg-config, SONAME libtwheel.so.1"
