@@ -136,7 +136,8 @@ struct tw__pool {
                          * level's heads are */
     int huge;           /* huge pages (pool.c): 0 not asked for yet, 1
                          * asked for, TW__HUGE_NEVER never (a threaded
-                         * shard's pool) */
+                         * shard's pool, and a manual one without
+                         * tw_options.huge_pages) */
 };
 
 TW__POOL_HOT struct tw__entry *tw__pool_entry(const struct tw__pool *p, uint32_t i)
