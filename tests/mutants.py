@@ -64,6 +64,13 @@ change nothing a caller could see.
     python3 tests/mutants.py [COUNT [SEED [START [SET]]]]   # default 69, seed 28, from 0, set 1
     TW_MUTANT_FILES=rest python3 tests/mutants.py ...      # the files the default leaves out
     TW_MUTANT_SETUP=-Dc_args=-U__linux__ python3 tests/mutants.py ...  # other systems' paths
+    TW_MUTANT_FILES=headers python3 tests/mutants.py 100 28 0 1,2,3  # several sets, one build
+
+SET may be a comma-separated list: each set's candidates are drawn as a
+run of that set alone would draw them, and tried one set after another
+in one worktree and one build (COUNT and START count over the whole
+list; each line then names its set). Sets 36 and 37 build for
+ThreadSanitizer, so they go with each other only.
 
 With one seed the candidates are shuffled the same way each run (while src/
 is unchanged), so START continues a run: `69 28 69` tries the next 69.
@@ -79,6 +86,12 @@ FILES = ['src/wheel.c', 'src/wheel.h', 'src/timer.c', 'src/drain.c', 'src/pool.h
 # TW_MUTANT_FILES=rest, or a comma-separated list of files. The default
 # stays the list above, so that a seed still draws what it drew before.
 REST = ['src/runtime.c', 'src/mem.c', 'src/check.c', 'src/hash.c', 'src/lock.c', 'src/stats.c']
+# The headers with code of their own that neither list names (their inline
+# functions are compiled into every file that includes them):
+# TW_MUTANT_FILES=headers. lock.h and timer.h had their draws by name
+# (tests/README.md); pool.h, wheel.h and tickdiv.h are in FILES.
+HEADERS = ['src/lock.h', 'src/timer.h', 'src/delay_queue.h', 'src/extra.h', 'src/mem.h',
+           'src/hash.h', 'src/purgatory.h']
 # Set 1: comparisons and off-by-ones. Set 2: arithmetic, shifts and masks
 # (a sum made a difference, an & an |, a shift turned round, a product a
 # quotient), for the size, index and tick computations set 1 leaves alone.
@@ -640,10 +653,14 @@ def main():
     # (TW_MUTANT_TIMEOUT seconds, 240 unless set) is taken for a hang
     limit = int(os.environ.get('TW_MUTANT_TIMEOUT', '240'))
     global OPS, FILES
-    OPS = SETS[int(sys.argv[4]) if len(sys.argv) > 4 else 1]
+    sets = [int(s) for s in (sys.argv[4] if len(sys.argv) > 4 else '1').split(',')]
+    tsan = [s for s in sets if SETS[s] in ('relaxed', 'unlock')]
+    if tsan and len(tsan) != len(sets):
+        sys.exit('mutants.py: sets 36 and 37 build for ThreadSanitizer: list them apart')
+    OPS = SETS[sets[0]]
     files = os.environ.get('TW_MUTANT_FILES', '')
     if files:
-        FILES = REST if files == 'rest' else files.split(',')
+        FILES = {'rest': REST, 'headers': HEADERS}.get(files) or files.split(',')
     top = subprocess.run(['git', 'rev-parse', '--show-toplevel'], capture_output=True,
                          text=True, check=True).stdout.strip()
     tmp = tempfile.mkdtemp(prefix='twheel-mutants.')
@@ -660,9 +677,13 @@ def main():
                        TW_TEST_SLOW='1')
         subprocess.run(setup, check=True, capture_output=True, env=env)
         subprocess.run(['ninja', '-C', build], check=True, capture_output=True)
-        ms = mutants(tree)
-        random.seed(seed)
-        random.shuffle(ms)
+        ms = []
+        for s in sets:  # each set shuffled as a run of it alone shuffles it
+            OPS = SETS[s]
+            drawn = mutants(tree)
+            random.seed(seed)
+            random.shuffle(drawn)
+            ms += [dict(m, set=s) for m in drawn]
         tally = {}
         for k, m in enumerate(ms[start:start + count], start):
             path = os.path.join(tree, m['file'])
@@ -697,9 +718,10 @@ def main():
             subprocess.run(['git', '-C', tree, 'checkout', '-q', '--', m['file']], check=True)
             tally[res] = tally.get(res, 0) + 1
             also = ''.join(',%d' % e[0] for e in m.get('more', []))
-            print('%d\t%s\t%s:%d%s\t%r -> %r\t%s\t%.0fs' % (k, res, m['file'], m['line'], also,
-                                                          m['a'], m['b'], m['text'],
-                                                          time.time() - t0),
+            which = 'set %d\t' % m['set'] if len(sets) > 1 else ''
+            print('%d\t%s%s\t%s:%d%s\t%r -> %r\t%s\t%.0fs' % (k, which, res, m['file'], m['line'],
+                                                            also, m['a'], m['b'], m['text'],
+                                                            time.time() - t0),
                   flush=True)
         print(json.dumps(tally))
     finally:

@@ -2086,6 +2086,50 @@ static void test_growth_both_allocators(void **state)
  * paths is seen (mutants.py, sets 29 and 30). */
 enum { PAST16 = 70000 };
 
+/* A key longer than 65,535 bytes is a key like any other: its whole
+ * length is kept, so it is found again (to replace, to cancel) by the
+ * same bytes and length, and not by its first 4,464 bytes (70,000 less
+ * 2^16: what a length kept in 16 bits would make of it), nor by a key
+ * that differs only in its last byte. */
+static void test_key_longer_than_16_bits(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    unsigned char *key = malloc(PAST16), *other = malloc(PAST16);
+    assert_non_null(key);
+    assert_non_null(other);
+    for (size_t i = 0; i < PAST16; i++)
+        key[i] = (unsigned char)(i * 7 + 3);
+    memcpy(other, key, PAST16);
+    other[PAST16 - 1] ^= 1;
+    int hit = 0, miss = 0;
+    tw_id id, id2;
+    assert_int_equal(tw_schedule_keyed(t, key, PAST16, 5 * MS, count_fn, &miss, &id), 0);
+    assert_int_equal(tw_schedule_keyed(t, key, PAST16, 7 * MS, count_fn, &hit, &id2), 0);
+    assert_int_equal(tw_pending(t), 1); /* replaced, not added */
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    uint64_t d;
+    assert_int_equal(tw_deadline(t, id2, &d), 0);
+    assert_true(d == 7 * MS);
+    assert_int_equal(tw_cancel_keyed(t, key, PAST16 - 65536), -ENOENT);
+    assert_int_equal(tw_cancel_keyed(t, other, PAST16), -ENOENT);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 6 * MS), 0);
+    assert_int_equal(tw_advance(t, 7 * MS), 1);
+    assert_int_equal(hit, 1);
+    assert_int_equal(miss, 0);
+    assert_int_equal(tw_schedule_keyed(t, key, PAST16, 5 * MS, count_fn, &miss, &id), 0);
+    assert_int_equal(tw_cancel_keyed(t, key, PAST16), 0);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_advance(t, 20 * MS), 0);
+    assert_int_equal(miss, 0);
+    assert_check(t);
+    tw_destroy(t);
+    free(key);
+    free(other);
+}
+
 /* More keyed tasks than 2^15 in one engine: the key map grows past 65,536
  * slots and the tasks' slots pass 65,535. Every key is found by tw_check's
  * walk of the whole map, cancelled by its key or by its id, and the rest
@@ -2460,6 +2504,7 @@ int main(void)
         cmocka_unit_test(test_growth_both_allocators),
         cmocka_unit_test(test_peak_kept_and_reused),
         cmocka_unit_test(test_keys_past_16_bits),
+        cmocka_unit_test(test_key_longer_than_16_bits),
         cmocka_unit_test(test_drain_past_16_bits),
         cmocka_unit_test(test_slots_past_16_bits),
         cmocka_unit_test(test_delay_queue_past_16_bits),

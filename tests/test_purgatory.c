@@ -323,6 +323,56 @@ static void test_request_expiry(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* An op's timeout past 2^32 ns (4.3 s) is kept whole: it does not expire
+ * at its low 32 bits (5 ms), nor 1 ns before its deadline, and does at
+ * the end of its deadline's tick. A watch key longer than 65,535 bytes is a key like any other: a
+ * check by its bytes and whole length finds the op, one by its first
+ * 4,464 bytes (70,000 less 2^16) or by a key that differs only in its
+ * last byte does not. */
+static void test_long_timeout_and_key(void **state)
+{
+    (void)state;
+    tw_purgatory *p = mk_manual(1000);
+    tw_timer *t = tw_purgatory_timer(p);
+    const uint64_t far = (1ull << 32) + 5 * MS;
+    struct req r1 = { 0 }, r2 = { 0 };
+    tw_op *o1 = mk_op(p, &r1, far);
+    struct tw_key k1 = KEY("slow");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o1, &k1, 1), 0);
+    assert_int_equal(tw_advance(t, 10 * MS), 0);
+    assert_int_equal(tw_advance(t, far - 1), 0);
+    assert_int_equal(r1.expired, 0);
+    assert_int_equal(tw_advance(t, (far + MS - 1) / MS * MS), 1); /* its tick's end */
+    assert_int_equal(r1.expired, 1);
+    assert_int_equal(r1.completed, 1);
+
+    enum { KEYLEN = 70000 };
+    unsigned char *key = malloc(KEYLEN), *other = malloc(KEYLEN);
+    assert_non_null(key);
+    assert_non_null(other);
+    for (size_t i = 0; i < KEYLEN; i++)
+        key[i] = (unsigned char)(i * 7 + 3);
+    memcpy(other, key, KEYLEN);
+    other[KEYLEN - 1] ^= 1;
+    tw_op *o2 = mk_op(p, &r2, SEC);
+    struct tw_key k2 = { key, KEYLEN };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o2, &k2, 1), 0);
+    atomic_store(&r2.completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, key, KEYLEN - 65536), 0);
+    assert_int_equal(tw_purgatory_check_and_complete(p, other, KEYLEN), 0);
+    assert_int_equal(r2.completed, 0);
+    assert_int_equal(tw_purgatory_check_and_complete(p, key, KEYLEN), 1);
+    assert_int_equal(r2.completed, 1);
+    assert_int_equal(tw_purgatory_watched(p), 1); /* o1, expired, until a check */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "slow", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    tw_op_release(o1);
+    tw_op_release(o2);
+    tw_purgatory_destroy(p, NULL, NULL);
+    free(key);
+    free(other);
+}
+
 /* on_expire may be NULL: an op whose timeout fires is completed (its
  * on_complete runs once) and nothing else is called. */
 static void test_expiry_without_on_expire(void **state)
@@ -2073,6 +2123,7 @@ int main(void)
         cmocka_unit_test(test_submit_completed_op),
         cmocka_unit_test(test_no_keys),
         cmocka_unit_test(test_request_expiry),
+        cmocka_unit_test(test_long_timeout_and_key),
         cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_purge_threshold),
