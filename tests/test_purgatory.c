@@ -993,9 +993,27 @@ static void test_errors_and_alloc_failure(void **state)
     assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
     o.shards = 1u << 17;
     assert_int_equal(tw_purgatory_create(&p, &o), -EINVAL);
-    o.shards = 1u << 16; /* the most */
+    o.shards = 1u << 16; /* the most: 64 ops under keys of their own, spread over them */
     o.timer.threaded = 0;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    {
+        struct req rs[64] = { { 0 } };
+        tw_op *ops[64];
+        char names[64][8];
+        for (int i = 0; i < 64; i++) {
+            struct tw_key key = { names[i], (size_t)snprintf(names[i], sizeof names[i], "s%d", i) };
+            ops[i] = mk_op(p, &rs[i], SEC);
+            assert_int_equal(tw_purgatory_try_complete_else_watch(p, ops[i], &key, 1), 0);
+        }
+        assert_int_equal(tw_purgatory_watched(p), 64);
+        for (int i = 0; i < 64; i++) {
+            atomic_store(&rs[i].completable, 1);
+            assert_int_equal(tw_purgatory_check_and_complete(p, names[i], strlen(names[i])), 1);
+            assert_int_equal(rs[i].completed, 1);
+            tw_op_release(ops[i]);
+        }
+        assert_int_equal(tw_purgatory_watched(p), 0);
+    }
     tw_purgatory_destroy(p, NULL, NULL);
     o.timer.threaded = 1;
     assert_int_equal(tw_purgatory_create(NULL, NULL), -EINVAL);
