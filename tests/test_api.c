@@ -73,7 +73,29 @@ static void test_create_errors(void **state)
     assert_int_equal(tw_create(&t, &o), -EINVAL);
     o.huge_pages = -1;
     assert_int_equal(tw_create(&t, &o), -EINVAL);
+    /* values past 16 bits whose low bits alone would be valid: every
+     * field is taken whole */
+    tw_options_init(&o);
+    o.huge_pages = 1 << 16;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.huge_pages = 0;
+    o.threaded = (1 << 16) + 1;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.threaded = 1;
+    o.workers = (1u << 16) + 1;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.workers = 0;
+    o.shards = (1u << 16) + 2;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.shards = 0;
+    o.threaded = 0;
+    o.wheel_size = (1u << 16) + 64;
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
+    o.wheel_size = 64;
+    o.capacity = (1ull << 32) + 100; /* past a shard's most */
+    assert_int_equal(tw_create(&t, &o), -EINVAL);
     assert_ptr_equal(t, (tw_timer *)0x1); /* untouched on error */
+    tw_options_init(&o);
     o.huge_pages = 1; /* valid on a manual timer */
     assert_int_equal(tw_create(&t, &o), 0);
     assert_check(t);
@@ -102,6 +124,36 @@ static void test_create_errors(void **state)
         assert_check(t);
         tw_destroy(t);
     }
+}
+
+/* A tick past 2^32 ns (10 s: a timer for deadlines days out): deadlines
+ * round up to whole 10 s ticks, not to what a tick cut to 32 bits
+ * (1.41 s) would make them, and a task far out comes down the levels to
+ * fire at its own tick. */
+static void test_tick_past_32_bits(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    const uint64_t tick = 10 * SEC;
+    tw_timer *t = mk(&c, 0, tick, 64);
+    int near = 0, far = 0;
+    assert_int_equal(tw_schedule(t, 25 * SEC, count_fn, &near, NULL), 0);
+    assert_int_equal(tw_schedule(t, 1000000 * SEC + 1, count_fn, &far, NULL), 0);
+    uint64_t d;
+    assert_int_equal(tw_next_deadline(t, &d), 0);
+    assert_true(d == 30 * SEC);
+    assert_int_equal(tw_advance(t, 30 * SEC - 1), 0);
+    assert_int_equal(near, 0);
+    assert_int_equal(tw_advance(t, 30 * SEC), 1);
+    assert_int_equal(near, 1);
+    assert_check(t);
+    assert_int_equal(tw_advance(t, 1000000 * SEC + tick - 1), 0);
+    assert_int_equal(far, 0);
+    assert_int_equal(tw_advance(t, 1000000 * SEC + tick), 1);
+    assert_int_equal(far, 1);
+    assert_int_equal(tw_pending(t), 0);
+    assert_check(t);
+    tw_destroy(t);
 }
 
 static void test_time_starts_at_clock(void **state)
@@ -2462,6 +2514,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_options_defaults),
         cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_tick_past_32_bits),
         cmocka_unit_test(test_time_starts_at_clock),
         cmocka_unit_test(test_schedule_errors),
         cmocka_unit_test(test_never_early_rounds_up),
