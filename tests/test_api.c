@@ -2203,6 +2203,9 @@ static void test_keys_past_16_bits(void **state)
                          0);
     }
     assert_int_equal(tw_pending(t), PAST16);
+    struct tw_stats st;
+    tw_stats(t, &st); /* the figures too, past 16 bits */
+    assert_true(st.pending == PAST16 && st.scheduled == PAST16);
     assert_check(t);
     int left = 0;
     for (int k = 0; k < PAST16; k++) {
