@@ -227,6 +227,22 @@ static inline void noop_fn(tw_timer *t, tw_id id, void *arg)
     (void)arg;
 }
 
+/* A key of n bytes (n >= 1) in a pattern, and in *twin the same key with
+ * its last byte changed: the tests of keys longer than 16 bits can count.
+ * Both from malloc; the caller frees them. */
+static inline unsigned char *long_key(size_t n, unsigned char **twin)
+{
+    unsigned char *k = malloc(n), *o = malloc(n);
+    assert_non_null(k);
+    assert_non_null(o);
+    for (size_t i = 0; i < n; i++)
+        k[i] = (unsigned char)(i * 7 + 3);
+    memcpy(o, k, n);
+    o[n - 1] ^= 1;
+    *twin = o;
+    return k;
+}
+
 static inline void count_fn(tw_timer *t, tw_id id, void *arg)
 {
     (void)t;

@@ -2148,13 +2148,7 @@ static void test_key_longer_than_16_bits(void **state)
     (void)state;
     struct fake_clock c;
     tw_timer *t = mk(&c, 0, MS, 64);
-    unsigned char *key = malloc(PAST16), *other = malloc(PAST16);
-    assert_non_null(key);
-    assert_non_null(other);
-    for (size_t i = 0; i < PAST16; i++)
-        key[i] = (unsigned char)(i * 7 + 3);
-    memcpy(other, key, PAST16);
-    other[PAST16 - 1] ^= 1;
+    unsigned char *other, *key = long_key(PAST16, &other);
     int hit = 0, miss = 0;
     tw_id id, id2;
     assert_int_equal(tw_schedule_keyed(t, key, PAST16, 5 * MS, count_fn, &miss, &id), 0);

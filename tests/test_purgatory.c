@@ -347,13 +347,7 @@ static void test_long_timeout_and_key(void **state)
     assert_int_equal(r1.completed, 1);
 
     enum { KEYLEN = 70000 };
-    unsigned char *key = malloc(KEYLEN), *other = malloc(KEYLEN);
-    assert_non_null(key);
-    assert_non_null(other);
-    for (size_t i = 0; i < KEYLEN; i++)
-        key[i] = (unsigned char)(i * 7 + 3);
-    memcpy(other, key, KEYLEN);
-    other[KEYLEN - 1] ^= 1;
+    unsigned char *other, *key = long_key(KEYLEN, &other);
     tw_op *o2 = mk_op(p, &r2, SEC);
     struct tw_key k2 = { key, KEYLEN };
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, o2, &k2, 1), 0);
