@@ -689,7 +689,8 @@ def main():
             path = os.path.join(tree, m['file'])
             if m['line'] in comment_lines(open(path).read()):
                 tally['comment'] = tally.get('comment', 0) + 1
-                print('%d\tcomment\t%s:%d\t(not code: skipped)' % (k, m['file'], m['line']),
+                print('%d\t%scomment\t%s:%d\t(not code: skipped)' % (
+                          k, 'set %d\t' % m['set'] if len(sets) > 1 else '', m['file'], m['line']),
                       flush=True)
                 continue
             lines = open(path).read().split('\n')
