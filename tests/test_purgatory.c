@@ -325,10 +325,10 @@ static void test_request_expiry(void **state)
 
 /* An op's timeout past 2^32 ns (4.3 s) is kept whole: it does not expire
  * at its low 32 bits (5 ms), nor 1 ns before its deadline, and does at
- * the end of its deadline's tick. A watch key longer than 65,535 bytes is a key like any other: a
- * check by its bytes and whole length finds the op, one by its first
- * 4,464 bytes (70,000 less 2^16) or by a key that differs only in its
- * last byte does not. */
+ * the end of its deadline's tick. A watch key longer than 65,535 bytes
+ * is a key like any other: a check by its bytes and whole length finds
+ * the op, one by its first 4,464 bytes (70,000 less 2^16) or by a key
+ * that differs only in its last byte does not. */
 static void test_long_timeout_and_key(void **state)
 {
     (void)state;
