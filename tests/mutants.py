@@ -52,7 +52,10 @@ to a byte (`size_t` made `uint8_t`), or with set 36 weakens an atomic
 explicit acquire, release, acq_rel or seq_cst order, or an implicit
 sequentially consistent call made `_explicit` with it), or with set 37
 unlocks a critical section (every call that takes and releases one lock
-in one function made `(void)0`), in a git worktree of HEAD, builds it
+in one function made `(void)0`), or with set 38 narrows a parameter (an
+integer parameter of a function's definition, and of its prototype in a
+header where it has one, made one width narrower, as sets 28 to 31 do
+declarations), in a git worktree of HEAD, builds it
 (sets 36 and 37 with clang and ThreadSanitizer, as CI's stage: on x86 a
 weaker order compiles to the same loads and stores, and only TSan's
 model of happens-before can see it; a lock missing is a race, which TSan
@@ -269,6 +272,16 @@ SETS = {
     # ThreadSanitizer: does some test run each critical section beside a
     # thread that touches what it guards? Set 3 left these calls alone.
     37: 'unlock',
+    # Set 38: a parameter narrowed, an integer parameter of a function's
+    # definition (`uint64_t` made `uint32_t`, `uint32_t` made `uint16_t`,
+    # `size_t`, `int` and `long` made `uint16_t` or `int16_t`, as sets 28
+    # to 31 narrow declarations that start a line; one mutant a parameter,
+    # pointers left out), and the same parameter of its prototype where a
+    # header declares it (parameters() below). Those sets never reached a
+    # parameter: does some test pass each a value past the narrower width?
+    # A static function declared before its definition, or whose address
+    # is taken for a pointer of its exact type, does not compile so.
+    38: 'param',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -547,11 +560,113 @@ def ternary_arms(code):
     return q + 3, code[q + 3:colon + 3 + len(b)], b + ' : ' + a
 
 
+PARAM = re.compile(r'(?:(?<=\()|(?<=, )|^\s+)(?:const\s+)?(uint64_t|uint32_t|size_t|int|long)'
+                   r'\s+\w+\s*(?=[,)])')
+NARROWER = {'uint64_t': 'uint32_t', 'uint32_t': 'uint16_t', 'size_t': 'uint16_t',
+            'int': 'int16_t', 'long': 'int16_t'}
+
+
+def heads(text):
+    """The heads of the function definitions and prototypes of a file that
+    start at the left margin: (name, lines, prototype), where lines are
+    (number, code) and prototype says it ends in `;`. A head ends on the
+    line where its parentheses close and that ends in `)`, `{` or `;` (an
+    attribute's parentheses close before the name); a variable (a head
+    with `=`, or no parentheses) is left out."""
+    lines, comments, out = text.split('\n'), comment_lines(text), []
+    n = 0
+    while n < len(lines):
+        if not re.match(r'[A-Za-z_]', lines[n]) or (n + 1) in comments or \
+                lines[n].startswith(('typedef', 'struct', 'enum', 'union')) and '(' not in lines[n]:
+            n += 1
+            continue
+        head, depth, opened, k = [], 0, False, n
+        while k < len(lines):
+            code = lines[k].split('/*')[0].split('//')[0]
+            head.append((k + 1, code))
+            for ch in code:
+                depth += {'(': 1, ')': -1}.get(ch, 0)
+                opened = opened or ch == '('
+            k += 1
+            end = code.rstrip()
+            if depth == 0 and (end.endswith((';', '}')) or opened and end.endswith((')', '{'))):
+                break
+        n = k
+        flat = [(num, col, ch) for num, code in head for col, ch in enumerate(code)]
+        closes = [j for j, (_, _, ch) in enumerate(flat) if ch == ')']
+        if not opened or any('=' in c for _, c in head) or not closes:
+            continue
+        j, depth = closes[-1], 0  # the parameter list: the last group
+        while j >= 0:
+            depth += {')': 1, '(': -1}.get(flat[j][2], 0)
+            if depth == 0:
+                break
+            j -= 1
+        m = re.search(r'(\w+)\s*$', ''.join(ch for _, _, ch in flat[:j]))
+        if not m:
+            continue
+        params, depth, index = {}, 0, 0  # (line, col) of a character: its parameter
+        for num, col, ch in flat[j:closes[-1] + 1]:
+            depth += {'(': 1, ')': -1}.get(ch, 0)
+            if ch == ',' and depth == 1:
+                index += 1
+            params[(num, col)] = index
+        out.append((m.group(1), head, params, head[-1][1].rstrip().endswith(';')))
+    return out
+
+
+PARAM = re.compile(r'(?:(?<=\()|(?<=, )|^\s+)(?:const\s+)?(uint64_t|uint32_t|size_t|int|long)'
+                   r'\s+\w+\s*(?=[,)])')
+NARROWER = {'uint64_t': 'uint32_t', 'uint32_t': 'uint16_t', 'size_t': 'uint16_t',
+            'int': 'int16_t', 'long': 'int16_t'}
+
+
+def integer_params(head, params):
+    """(index, line, col, type) of each integer parameter (not a pointer)
+    of a head from heads()."""
+    return [(params[(num, m.start(1))], num, m.start(1), m.group(1))
+            for num, code in head for m in PARAM.finditer(code) if (num, m.start(1)) in params]
+
+
+def parameters(top, f, text):
+    """Set 38's mutants of one file: each integer parameter (not a
+    pointer) of a function's definition, made one width narrower. Where
+    a header under src/ or include/ declares the function, the same
+    parameter of its prototype is narrowed with it (`more`, with its
+    file); a function with no prototype must be static."""
+    protos = {}
+    for d in ('src', 'include'):
+        for h in sorted(os.listdir(os.path.join(top, d))):
+            if h.endswith('.h'):
+                path = os.path.join(d, h)
+                for name, head, params, proto in heads(open(os.path.join(top, path)).read()):
+                    if proto:
+                        protos[name] = (path, integer_params(head, params))
+    lines, out = text.split('\n'), []
+    for name, head, params, proto in heads(text):
+        if proto:
+            continue
+        static = head[0][1].startswith('static')
+        if not static and name not in protos:
+            continue
+        for index, num, col, a in integer_params(head, params):
+            more = []
+            if not static:
+                path, decl = protos[name]
+                more = [[n, c, t, NARROWER[t], path] for i, n, c, t in decl if i == index and t == a]
+                if not more:
+                    continue
+            out.append({'file': f, 'line': num, 'col': col, 'a': a, 'b': NARROWER[a],
+                        'text': lines[num - 1].strip(), 'more': more})
+    return out
+
+
 def mutants(top):
     out = []
     for f in FILES:
-        if OPS == 'unlock':
-            out += lock_sections(f, open(os.path.join(top, f)).read())
+        if OPS in ('unlock', 'param'):
+            text = open(os.path.join(top, f)).read()
+            out += lock_sections(f, text) if OPS == 'unlock' else parameters(top, f, text)
             continue
         incomment = False
         prev = ''  # the last line of code before this one, stripped
@@ -693,14 +808,18 @@ def main():
                           k, 'set %d\t' % m['set'] if len(sets) > 1 else '', m['file'], m['line']),
                       flush=True)
                 continue
-            lines = open(path).read().split('\n')
-            # every edit of a line from its right end, so columns stand
-            for n, col, a, b in sorted([[m['line'], m['col'], m['a'], m['b']]] +
-                                       m.get('more', []), reverse=True):
-                l = lines[n - 1]
-                assert l[col:col + len(a)] == a, (m, n)
-                lines[n - 1] = l[:col] + b + l[col + len(a):]
-            open(path, 'w').write('\n'.join(lines))
+            # an edit of `more` may name another file (set 38's prototypes)
+            edits = [[m['line'], m['col'], m['a'], m['b'], m['file']]] + \
+                [e + [m['file']] if len(e) == 4 else e for e in m.get('more', [])]
+            touched = sorted(set(e[4] for e in edits))
+            for f in touched:
+                lines = open(os.path.join(tree, f)).read().split('\n')
+                # every edit of a line from its right end, so columns stand
+                for n, col, a, b, _ in sorted((e for e in edits if e[4] == f), reverse=True):
+                    l = lines[n - 1]
+                    assert l[col:col + len(a)] == a, (m, f, n)
+                    lines[n - 1] = l[:col] + b + l[col + len(a):]
+                open(os.path.join(tree, f), 'w').write('\n'.join(lines))
             t0 = time.time()
             if subprocess.run(['ninja', '-C', build], capture_output=True).returncode:
                 res = 'nocompile'
@@ -716,9 +835,10 @@ def main():
                     # (the library's threads block it, and a test's main
                     # thread may too), and would live on, asleep, for good
                     subprocess.run(['pkill', '-KILL', '-f', os.path.join(build, 'tests') + '/'])
-            subprocess.run(['git', '-C', tree, 'checkout', '-q', '--', m['file']], check=True)
+            subprocess.run(['git', '-C', tree, 'checkout', '-q', '--'] + touched, check=True)
             tally[res] = tally.get(res, 0) + 1
-            also = ''.join(',%d' % e[0] for e in m.get('more', []))
+            also = ''.join(',%s%d' % (e[4] + ':' if len(e) > 4 else '', e[0])
+                           for e in m.get('more', []))
             which = 'set %d\t' % m['set'] if len(sets) > 1 else ''
             print('%d\t%s%s\t%s:%d%s\t%r -> %r\t%s\t%.0fs' % (k, which, res, m['file'], m['line'],
                                                             also, m['a'], m['b'], m['text'],
