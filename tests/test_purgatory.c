@@ -328,7 +328,7 @@ static void test_request_expiry(void **state)
  * the end of its deadline's tick. A watch key longer than 65,535 bytes
  * is a key like any other: a check by its bytes and whole length finds
  * the op, one by its first 4,464 bytes (70,000 less 2^16) or by a key
- * that differs only in its last byte does not. */
+ * that differs only in its last byte does not; so with a cancel. */
 static void test_long_timeout_and_key(void **state)
 {
     (void)state;
@@ -357,11 +357,21 @@ static void test_long_timeout_and_key(void **state)
     assert_int_equal(r2.completed, 0);
     assert_int_equal(tw_purgatory_check_and_complete(p, key, KEYLEN), 1);
     assert_int_equal(r2.completed, 1);
+    /* cancelled by the whole key alone; it then never expires */
+    struct req r3 = { 0 };
+    tw_op *o3 = mk_op(p, &r3, SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, o3, &k2, 1), 0);
+    assert_int_equal(tw_purgatory_cancel_key(p, key, KEYLEN - 65536, NULL, NULL), 0);
+    assert_int_equal(tw_purgatory_cancel_key(p, other, KEYLEN, NULL, NULL), 0);
+    assert_int_equal(tw_purgatory_cancel_key(p, key, KEYLEN, NULL, NULL), 1);
+    assert_int_equal(tw_advance(t, far + 3 * SEC), 0);
+    assert_int_equal(r3.expired + r3.completed, 0);
     assert_int_equal(tw_purgatory_watched(p), 1); /* o1, expired, until a check */
     assert_int_equal(tw_purgatory_check_and_complete(p, "slow", 4), 0);
     assert_int_equal(tw_purgatory_watched(p), 0);
     tw_op_release(o1);
     tw_op_release(o2);
+    tw_op_release(o3);
     tw_purgatory_destroy(p, NULL, NULL);
     free(key);
     free(other);
