@@ -879,6 +879,9 @@ static void test_periodic_fixed_rate(void **state)
     assert_int_equal(tw_schedule_every(t, 1, 0, TW_FIXED_RATE, record_fn, &tg, &id), -EINVAL);
     assert_int_equal(tw_schedule_every(t, 1, 1, 0, record_fn, &tg, &id), -EINVAL);
     assert_int_equal(tw_schedule_every(t, 1, 1, TW_FIXED_RATE | TW_FIXED_DELAY, record_fn, &tg, &id), -EINVAL);
+    /* flags read whole: a flag in its low bits, with bits above, is none */
+    assert_int_equal(tw_schedule_every(t, 1, 1, TW_FIXED_RATE | 0x10000, record_fn, &tg, &id), -EINVAL);
+    assert_int_equal(tw_schedule_every(t, 1, 1, TW_FIXED_DELAY | 0x100, record_fn, &tg, &id), -EINVAL);
     assert_int_equal(tw_schedule_every(t, 1, 1, TW_FIXED_RATE, NULL, &tg, &id), -EINVAL);
     assert_int_equal(tw_pending(t), 0);
 
