@@ -1067,6 +1067,78 @@ static void test_rewind_threaded_after_cancels(void **state)
     tw_destroy(t);
 }
 
+/* The driver's clock reads over `ms` milliseconds: none while it sleeps
+ * (an injectable clock is read only by a pass, or by a caller). */
+static uint64_t reads_over(struct atomic_clock *c, int ms)
+{
+    uint64_t r0 = atomic_load(&c->reads);
+    nanosleep(&(struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000 }, NULL);
+    return atomic_load(&c->reads) - r0;
+}
+
+struct at_call {
+    tw_timer *t;
+    uint64_t at;
+    tw_id id;
+    int rc;
+};
+
+static void *schedule_at_thread(void *arg)
+{
+    struct at_call *a = arg;
+    a->rc = tw_schedule_at(a->t, a->at, noop_fn, NULL, &a->id);
+    return NULL;
+}
+
+/* tw_schedule_at from a new thread, which takes the next shard in turn
+ * (pick_shard), and that shard. */
+static uint32_t schedule_at_elsewhere(tw_timer *t, uint64_t at)
+{
+    struct at_call a = { t, at, 0, -1 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, schedule_at_thread, &a), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(a.rc, 0);
+    return tw__id_shard(t, a.id);
+}
+
+/* A schedule wakes the driver only for a deadline before the one it sleeps
+ * until: a shard that had no bucket gets one an hour after the driver's
+ * plan, and the driver sleeps on (tw__runtime_kick compares the whole
+ * deadline: on this clock, past 2^32 ns, one cut to 32 bits would look
+ * earlier). A deadline before the plan, in that shard, does wake it.
+ * tw_schedule_at reads no clock: every read here is the driver's. */
+static void test_kick_only_earlier(void **state)
+{
+    (void)state;
+    struct atomic_clock c;
+    uint64_t now = fake_start();
+    tw_timer *t = mk_fake_sharded(&c, 0, now, 2);
+    tw_id first;
+    assert_int_equal(tw_schedule_at(t, now + 3600 * SEC, noop_fn, NULL, &first), 0);
+    uint32_t si = tw__id_shard(t, first);
+    assert_int_equal(tw_wake(t), 0); /* planned: the driver sleeps for an hour */
+    nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
+    assert_true(reads_over(&c, 100) <= 4); /* asleep, not polling */
+    uint64_t r0 = atomic_load(&c.reads);
+    int n = 1; /* threads take shards in turn: two in a row differ */
+    while (schedule_at_elsewhere(t, now + 7200 * SEC) == si && n < 4)
+        n++;
+    assert_true(n < 4);
+    assert_int_equal(reads_over(&c, 50), 0);
+    assert_int_equal(atomic_load(&c.reads), r0); /* no pass since the plan */
+    /* earlier than the plan, in the other shard: the driver looks again */
+    while (schedule_at_elsewhere(t, now + 600 * SEC) == si)
+        n++;
+    int waited = 0;
+    while (atomic_load(&c.reads) == r0 && waited++ < 5000)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    assert_true(atomic_load(&c.reads) > r0);
+    assert_int_equal(tw_pending(t), (uint64_t)n + 2);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* Populating the pool ahead of use (pool.h). */
 
 /* Whether every page of [from, to) is resident (mincore). */
@@ -2002,6 +2074,7 @@ int main(void)
         cmocka_unit_test(test_rewind_after_cancels_in_callback),
         cmocka_unit_test(test_rewind_threaded_waits_for_periodic),
         cmocka_unit_test(test_rewind_threaded_after_cancels),
+        cmocka_unit_test(test_kick_only_earlier),
         cmocka_unit_test(test_populate_chunks),
         cmocka_unit_test(test_pool_populates_ahead),
         cmocka_unit_test(test_reserved_block_growth),
