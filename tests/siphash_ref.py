@@ -47,3 +47,8 @@ high = bytes(0xff - i for i in range(15))
 print('2-4, ff fe .. f1 (15 bytes): %#018x' % siphash(k0, k1, high, 2, 4))
 print('2-4, ff fe .. f9 (7 bytes):  %#018x' % siphash(k0, k1, high[:7], 2, 4))
 print('1-3, ff fe .. f1 (15 bytes): %#018x' % siphash(k0, k1, high, 1, 3))
+# 70,000 bytes (past 16 bits of length: 4,464 more than 2^16), byte i
+# being (i ^ (i >> 8)) & 0xff, so that no two 256-byte blocks are alike
+big = bytes((i ^ (i >> 8)) & 0xff for i in range(70000))
+print('2-4, 70,000 bytes:           %#018x' % siphash(k0, k1, big, 2, 4))
+print('1-3, 70,000 bytes:           %#018x' % siphash(k0, k1, big, 1, 3))

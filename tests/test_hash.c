@@ -65,6 +65,24 @@ static void test_siphash_high_bytes(void **state)
     assert_int_equal(tw__key_hash(&k, msg, 15), 0xf730e5d1f505db50ull);
 }
 
+/* A message longer than 16 bits of length (70,000 bytes, byte i being
+ * i ^ (i >> 8)): every word is taken, not the first 4,464 bytes (70,000
+ * less 2^16, whose last length byte is the same). Figures from
+ * tests/siphash_ref.py. */
+static void test_siphash_past_16_bits_of_length(void **state)
+{
+    (void)state;
+    enum { LEN = 70000 };
+    struct tw__hash_key k = ref_key();
+    unsigned char *msg = malloc(LEN);
+    assert_non_null(msg);
+    for (size_t i = 0; i < LEN; i++)
+        msg[i] = (unsigned char)(i ^ (i >> 8));
+    assert_int_equal(tw__siphash24(&k, msg, LEN), 0xd0d9dfb47362f5b5ull);
+    assert_int_equal(tw__key_hash(&k, msg, LEN), 0x4c46192aea72b1eeull);
+    free(msg);
+}
+
 static void test_siphash13_matches_another_implementation(void **state)
 {
     (void)state;
@@ -381,6 +399,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_siphash24_reference_vectors),
         cmocka_unit_test(test_siphash_high_bytes),
+        cmocka_unit_test(test_siphash_past_16_bits_of_length),
         cmocka_unit_test(test_siphash13_matches_another_implementation),
         cmocka_unit_test(test_collisions_do_not_carry_over),
         cmocka_unit_test(test_timer_key_map_uses_its_own_key),
