@@ -1912,6 +1912,9 @@ static void test_stats_and_misc(void **state)
     assert_string_equal(tw_strerror(-ENOENT), "no such pending task");
     assert_string_equal(tw_strerror(-EINVAL), "invalid argument");
     assert_string_equal(tw_strerror(12345), "unknown error");
+    /* read whole: a code with bits above a known one's is unknown */
+    assert_string_equal(tw_strerror(-EINVAL - 0x10000), "unknown error");
+    assert_string_equal(tw_strerror(-EINVAL + 0x100), "unknown error");
     /* the library's version is the headers' */
     assert_int_equal(tw_version(), TW_VERSION_HEX);
     assert_int_equal(tw_version() >> 16, TW_VERSION_MAJOR);
