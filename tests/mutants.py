@@ -55,7 +55,8 @@ unlocks a critical section (every call that takes and releases one lock
 in one function made `(void)0`), or with set 38 narrows a parameter (an
 integer parameter of a function's definition, and of its prototype in a
 header where it has one, made one width narrower, as sets 28 to 31 do
-declarations), in a git worktree of HEAD, builds it
+declarations; set 39 two widths, or to a byte, as sets 32 to 35), in a
+git worktree of HEAD, builds it
 (sets 36 and 37 with clang and ThreadSanitizer, as CI's stage: on x86 a
 weaker order compiles to the same loads and stores, and only TSan's
 model of happens-before can see it; a lock missing is a race, which TSan
@@ -68,6 +69,7 @@ change nothing a caller could see.
     TW_MUTANT_FILES=rest python3 tests/mutants.py ...      # the files the default leaves out
     TW_MUTANT_SETUP=-Dc_args=-U__linux__ python3 tests/mutants.py ...  # other systems' paths
     TW_MUTANT_FILES=headers python3 tests/mutants.py 100 28 0 1,2,3  # several sets, one build
+    TW_MUTANT_LINES=src/wheel.c:303,src/timer.c:750 python3 tests/mutants.py 9 28 0 39  # these lines only
 
 SET may be a comma-separated list: each set's candidates are drawn as a
 run of that set alone would draw them, and tried one set after another
@@ -282,6 +284,12 @@ SETS = {
     # A static function declared before its definition, or whose address
     # is taken for a pointer of its exact type, does not compile so.
     38: 'param',
+    # Set 39: set 38 down a step more (`uint64_t` made `uint16_t`,
+    # `uint32_t` and `size_t` made `uint8_t`, `int` and `long` made
+    # `int8_t`, as sets 32 to 35): the parameters set 38 found bounded
+    # (a bucket's number, a shard's, a flag) must each fit, or some test
+    # must carry them past it.
+    39: 'param8',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -564,6 +572,8 @@ PARAM = re.compile(r'(?:(?<=\()|(?<=, )|^\s+)(?:const\s+)?(uint64_t|uint32_t|siz
                    r'\s+\w+\s*(?=[,)])')
 NARROWER = {'uint64_t': 'uint32_t', 'uint32_t': 'uint16_t', 'size_t': 'uint16_t',
             'int': 'int16_t', 'long': 'int16_t'}
+NARROWEST = {'uint64_t': 'uint16_t', 'uint32_t': 'uint8_t', 'size_t': 'uint8_t',
+             'int': 'int8_t', 'long': 'int8_t'}
 
 
 def heads(text):
@@ -619,6 +629,8 @@ PARAM = re.compile(r'(?:(?<=\()|(?<=, )|^\s+)(?:const\s+)?(uint64_t|uint32_t|siz
                    r'\s+\w+\s*(?=[,)])')
 NARROWER = {'uint64_t': 'uint32_t', 'uint32_t': 'uint16_t', 'size_t': 'uint16_t',
             'int': 'int16_t', 'long': 'int16_t'}
+NARROWEST = {'uint64_t': 'uint16_t', 'uint32_t': 'uint8_t', 'size_t': 'uint8_t',
+             'int': 'int8_t', 'long': 'int8_t'}
 
 
 def integer_params(head, params):
@@ -630,7 +642,8 @@ def integer_params(head, params):
 
 def parameters(top, f, text):
     """Set 38's mutants of one file: each integer parameter (not a
-    pointer) of a function's definition, made one width narrower. Where
+    pointer) of a function's definition, made one width narrower (set
+    39's: two widths, or a byte). Where
     a header under src/ or include/ declares the function, the same
     parameter of its prototype is narrowed with it (`more`, with its
     file); a function with no prototype must be static."""
@@ -643,6 +656,7 @@ def parameters(top, f, text):
                     if proto:
                         protos[name] = (path, integer_params(head, params))
     lines, out = text.split('\n'), []
+    narrower = NARROWEST if OPS == 'param8' else NARROWER
     for name, head, params, proto in heads(text):
         if proto:
             continue
@@ -653,10 +667,10 @@ def parameters(top, f, text):
             more = []
             if not static:
                 path, decl = protos[name]
-                more = [[n, c, t, NARROWER[t], path] for i, n, c, t in decl if i == index and t == a]
+                more = [[n, c, t, narrower[t], path] for i, n, c, t in decl if i == index and t == a]
                 if not more:
                     continue
-            out.append({'file': f, 'line': num, 'col': col, 'a': a, 'b': NARROWER[a],
+            out.append({'file': f, 'line': num, 'col': col, 'a': a, 'b': narrower[a],
                         'text': lines[num - 1].strip(), 'more': more})
     return out
 
@@ -664,7 +678,7 @@ def parameters(top, f, text):
 def mutants(top):
     out = []
     for f in FILES:
-        if OPS in ('unlock', 'param'):
+        if OPS in ('unlock', 'param', 'param8'):
             text = open(os.path.join(top, f)).read()
             out += lock_sections(f, text) if OPS == 'unlock' else parameters(top, f, text)
             continue
@@ -773,6 +787,9 @@ def main():
     if tsan and len(tsan) != len(sets):
         sys.exit('mutants.py: sets 36 and 37 build for ThreadSanitizer: list them apart')
     OPS = SETS[sets[0]]
+    # TW_MUTANT_LINES: only the candidates on these lines (file:line,
+    # comma-separated), e.g. a wider set's survivors tried again narrower
+    only = set(filter(None, os.environ.get('TW_MUTANT_LINES', '').split(',')))
     files = os.environ.get('TW_MUTANT_FILES', '')
     if files:
         FILES = {'rest': REST, 'headers': HEADERS}.get(files) or files.split(',')
@@ -796,6 +813,8 @@ def main():
         for s in sets:  # each set shuffled as a run of it alone shuffles it
             OPS = SETS[s]
             drawn = mutants(tree)
+            if only:
+                drawn = [m for m in drawn if '%s:%d' % (m['file'], m['line']) in only]
             random.seed(seed)
             random.shuffle(drawn)
             ms += [dict(m, set=s) for m in drawn]
