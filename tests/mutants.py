@@ -568,14 +568,6 @@ def ternary_arms(code):
     return q + 3, code[q + 3:colon + 3 + len(b)], b + ' : ' + a
 
 
-PARAM = re.compile(r'(?:(?<=\()|(?<=, )|^\s+)(?:const\s+)?(uint64_t|uint32_t|size_t|int|long)'
-                   r'\s+\w+\s*(?=[,)])')
-NARROWER = {'uint64_t': 'uint32_t', 'uint32_t': 'uint16_t', 'size_t': 'uint16_t',
-            'int': 'int16_t', 'long': 'int16_t'}
-NARROWEST = {'uint64_t': 'uint16_t', 'uint32_t': 'uint8_t', 'size_t': 'uint8_t',
-             'int': 'int8_t', 'long': 'int8_t'}
-
-
 def heads(text):
     """The heads of the function definitions and prototypes of a file that
     start at the left margin: (name, lines, prototype), where lines are
