@@ -87,6 +87,21 @@ static inline tw_timer *mk_fake_at(struct atomic_clock *c, uint32_t workers,
     return mk_fake_sharded(c, workers, start, 0);
 }
 
+/* The driver is asleep: over 100 ms of real time it reads the timer's
+ * clock at most a few times (a spurious wake-up of its condition
+ * variable). A driver that spins reads it thousands of times. It may still
+ * be on its way to sleep when this is called: 20 ms are given first. */
+static inline void assert_driver_asleep(struct atomic_clock *c)
+{
+    usleep(20000);
+    uint64_t r0 = atomic_load(&c->reads);
+    usleep(100000);
+    uint64_t reads = atomic_load(&c->reads) - r0;
+    if (reads > 4)
+        fail_msg("the driver read the clock %llu times in 100 ms while nothing was due",
+                 (unsigned long long)reads);
+}
+
 /* Where mk_fake's clock starts: at 1000 s, or, with TW_TEST_CLOCK=late
  * (meson's threaded_late_clock and purgatory_late_clock), at a moment
  * whose count of 1 ms ticks is past 2^32, its low word 50 short of

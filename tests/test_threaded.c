@@ -54,21 +54,6 @@ static void spin_until_count(_Atomic int *n, int want)
         usleep(1000);
 }
 
-/* The driver is asleep: over 100 ms of real time it reads the timer's
- * clock at most a few times (a spurious wake-up of its condition
- * variable). A driver that spins reads it thousands of times. It may still
- * be on its way to sleep when this is called: 20 ms are given first. */
-static void assert_driver_asleep(struct atomic_clock *c)
-{
-    usleep(20000);
-    uint64_t r0 = atomic_load(&c->reads);
-    usleep(100000);
-    uint64_t reads = atomic_load(&c->reads) - r0;
-    if (reads > 4)
-        fail_msg("the driver read the clock %llu times in 100 ms while nothing was due",
-                 (unsigned long long)reads);
-}
-
 static void test_fake_clock_wake(void **state)
 {
     (void)state;
