@@ -635,10 +635,10 @@ def integer_params(head, params):
 def parameters(top, f, text):
     """Set 38's mutants of one file: each integer parameter (not a
     pointer) of a function's definition, made one width narrower (set
-    39's: two widths, or a byte). Where
-    a header under src/ or include/ declares the function, the same
-    parameter of its prototype is narrowed with it (`more`, with its
-    file); a function with no prototype must be static."""
+    39's: two widths, or a byte). Where a header under src/ or include/
+    declares the function, the same parameter of its prototype is
+    narrowed with it (`more`, with its file); a function with no
+    prototype must be static."""
     protos = {}
     for d in ('src', 'include'):
         for h in sorted(os.listdir(os.path.join(top, d))):
