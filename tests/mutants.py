@@ -71,6 +71,12 @@ change nothing a caller could see.
     TW_MUTANT_FILES=headers python3 tests/mutants.py 100 28 0 1,2,3  # several sets, one build
     TW_MUTANT_LINES=src/wheel.c:303,src/timer.c:750 python3 tests/mutants.py 9 28 0 39  # these lines only
 
+Each mutant tried prints one line: its number in the draw, its set (when
+SET lists several), the result, file:line:col of the change (the column
+counted from 1; then any other lines it changes), the text replaced and
+its replacement, the line, and the seconds it took. TW_MUTANT_LINES takes
+file:line, or file:line:col for one candidate of a line that has two.
+
 SET may be a comma-separated list: each set's candidates are drawn as a
 run of that set alone would draw them, and tried one set after another
 in one worktree and one build (COUNT and START count over the whole
@@ -780,7 +786,9 @@ def main():
         sys.exit('mutants.py: sets 36 and 37 build for ThreadSanitizer: list them apart')
     OPS = SETS[sets[0]]
     # TW_MUTANT_LINES: only the candidates on these lines (file:line,
-    # comma-separated), e.g. a wider set's survivors tried again narrower
+    # comma-separated), e.g. a wider set's survivors tried again narrower;
+    # file:line:col names one candidate of a line that has two (the column
+    # as printed, counted from 1)
     only = set(filter(None, os.environ.get('TW_MUTANT_LINES', '').split(',')))
     files = os.environ.get('TW_MUTANT_FILES', '')
     if files:
@@ -806,7 +814,8 @@ def main():
             OPS = SETS[s]
             drawn = mutants(tree)
             if only:
-                drawn = [m for m in drawn if '%s:%d' % (m['file'], m['line']) in only]
+                drawn = [m for m in drawn if '%s:%d' % (m['file'], m['line']) in only
+                         or '%s:%d:%d' % (m['file'], m['line'], m['col'] + 1) in only]
             random.seed(seed)
             random.shuffle(drawn)
             ms += [dict(m, set=s) for m in drawn]
@@ -851,9 +860,10 @@ def main():
             also = ''.join(',%s%d' % (e[4] + ':' if len(e) > 4 else '', e[0])
                            for e in m.get('more', []))
             which = 'set %d\t' % m['set'] if len(sets) > 1 else ''
-            print('%d\t%s%s\t%s:%d%s\t%r -> %r\t%s\t%.0fs' % (k, which, res, m['file'], m['line'],
-                                                            also, m['a'], m['b'], m['text'],
-                                                            time.time() - t0),
+            # the column too: a line may hold two candidates of one set
+            print('%d\t%s%s\t%s:%d:%d%s\t%r -> %r\t%s\t%.0fs' % (
+                      k, which, res, m['file'], m['line'], m['col'] + 1, also, m['a'], m['b'],
+                      m['text'], time.time() - t0),
                   flush=True)
         print(json.dumps(tally))
     finally:
