@@ -57,7 +57,9 @@ integer parameter of a function's definition, and of its prototype in a
 header where it has one, made one width narrower, as sets 28 to 31 do
 declarations; set 39 two widths, or to a byte, as sets 32 to 35), or
 with set 40 makes an error another (the first negative errno of a line
-made -EINVAL, and -EINVAL made -ENOENT), in a
+made -EINVAL, and -EINVAL made -ENOENT), or with set 41 makes a value
+signed (a declaration that starts a line with `uint64_t` made
+`int64_t`), in a
 git worktree of HEAD, builds it
 (sets 36 and 37 with clang and ThreadSanitizer, as CI's stage: on x86 a
 weaker order compiles to the same loads and stores, and only TSan's
@@ -303,6 +305,13 @@ SETS = {
     # test that only checks `rc < 0` sees; the header promises each code
     # by name: does some test check it exactly?
     40: (re.compile(r'-E[A-Z]+\b'), 0, lambda a: '-ENOENT' if a == '-EINVAL' else '-EINVAL'),
+    # Set 41: a value's sign, a declaration that starts a line with
+    # `uint64_t` made `int64_t` (set 28's declarations, as wide, signed):
+    # a deadline, a tick or a time past 2^63 ns then compares below one
+    # before it, and shifts in ones. Does some test carry each such value
+    # into the top half of the clock, towards the end of time?
+    41: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'int64_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
