@@ -797,10 +797,9 @@ def code_digests(build):
     """A digest of the code of each object file under build: every
     section but the debugging ones and the compiler's comment. A mutant
     whose objects all keep their digests compiled to the very code of the
-    original (a type made signed where C converts it back, a prefetch's
-    index the optimiser folds): it is equivalent, for this compiler and
-    these options, and no test could tell it (trivial compiler
-    equivalence)."""
+    original (most of set 41's: a type made signed where C converts it
+    back to unsigned): it is equivalent, for this compiler and these
+    options, and no test could tell it (trivial compiler equivalence)."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for d, _, names in os.walk(build):
