@@ -59,7 +59,8 @@ declarations; set 39 two widths, or to a byte, as sets 32 to 35), or
 with set 40 makes an error another (the first negative errno of a line
 made -EINVAL, and -EINVAL made -ENOENT), or with set 41 makes a value
 signed (a declaration that starts a line with `uint64_t` made
-`int64_t`), in a
+`int64_t`), or with set 42 the same for 32 bits (`uint32_t` made
+`int32_t`), in a
 git worktree of HEAD, builds it
 (sets 36 and 37 with clang and ThreadSanitizer, as CI's stage: on x86 a
 weaker order compiles to the same loads and stores, and only TSan's
@@ -317,6 +318,14 @@ SETS = {
     # into the top half of the clock, towards the end of time?
     41: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'int64_t'),
+    # Set 42: set 41 for 32 bits, a declaration that starts a line with
+    # `uint32_t` made `int32_t` (set 29's declarations, as wide, signed):
+    # a slot, a generation, a link or a mask past 2^31 then compares
+    # negative, shifts in ones and widens with its sign. Links and masks
+    # use the top bit (TW__NIL is all ones): does some test see each one
+    # widened or compared as signed?
+    42: (re.compile(r'^\s+(?:const\s+)?(uint32_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+         lambda a: 'int32_t'),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
