@@ -320,10 +320,10 @@ SETS = {
          lambda a: 'int64_t'),
     # Set 42: set 41 for 32 bits, a declaration that starts a line with
     # `uint32_t` made `int32_t` (set 29's declarations, as wide, signed):
-    # a slot, a generation, a link or a mask past 2^31 then compares
-    # negative, shifts in ones and widens with its sign. Links and masks
-    # use the top bit (TW__NIL is all ones): does some test see each one
-    # widened or compared as signed?
+    # a slot, a generation or a link past 2^31 then compares negative,
+    # shifts in ones and widens with its sign. Links use the top bit (a
+    # list head's carries it, TW__NIL is all ones): does some test see
+    # each such value widened or compared as signed?
     42: (re.compile(r'^\s+(?:const\s+)?(uint32_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
          lambda a: 'int32_t'),
 }
