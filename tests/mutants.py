@@ -100,6 +100,13 @@ tests/README.md ("Whether the tests can fail") has what its runs found.
 """
 import hashlib, json, os, random, re, subprocess, sys, tempfile, time
 
+def declaration(types):
+    """A declaration that starts a line with one of types (a regex
+    alternation: a local, or a struct's field; sets 28 to 35, 41 and 42),
+    the type its group 1."""
+    return re.compile(r'^\s+(?:const\s+)?(' + types + r')\s+\**\s*\w+\s*[=;,\[]')
+
+
 FILES = ['src/wheel.c', 'src/wheel.h', 'src/timer.c', 'src/drain.c', 'src/pool.h', 'src/pool.c',
          'src/extra.c', 'src/delay_queue.c', 'src/tickdiv.h', 'src/watchers.c', 'src/purgatory.c']
 # The rest of src/ (the threaded runtime, the allocation hooks, the checker,
@@ -233,48 +240,48 @@ SETS = {
     # `uint64_t` (a local, or a struct's field) made `uint32_t`: does some
     # test carry each 64-bit value (a deadline in ns, an id, a count, a
     # size) past 2^32?
-    28: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    28: (declaration('uint64_t'), 1,
          lambda a: 'uint32_t'),
     # Set 29: set 28 one width down, a declaration that starts a line with
     # `uint32_t` made `uint16_t`: does some test carry each slot, tick,
     # generation, count or mask past 65535? A million pending timers do.
-    29: (re.compile(r'^\s+(?:const\s+)?(uint32_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    29: (declaration('uint32_t'), 1,
          lambda a: 'uint16_t'),
     # Set 30: a size narrowed, a declaration that starts a line with
     # `size_t` made `uint16_t` (made `uint32_t` it would need a 4 GiB
     # value to show): does some test size a pool, a mapping or a count of
     # keys past 64 KiB?
-    30: (re.compile(r'^\s+(?:const\s+)?(size_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    30: (declaration('size_t'), 1,
          lambda a: 'uint16_t'),
     # Set 31: a signed value narrowed, a declaration that starts a line
     # with `int` or `long` made `int16_t`: most hold a return code or a
     # flag, which fit; the counts among them (tasks fired in one call, a
     # list's length) must be carried past 32,767 by some test.
-    31: (re.compile(r'^\s+(?:const\s+)?(int|long)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    31: (declaration('int|long'), 1,
          lambda a: 'int16_t'),
     # Set 32: set 29 down to a byte, a declaration that starts a line with
     # `uint32_t` or `uint16_t` made `uint8_t`: the values set 29 found
     # bounded below 65,536 (bucket numbers, worker counts, a queue's
     # length, shifts) must each be carried past 255 by some test.
-    32: (re.compile(r'^\s+(?:const\s+)?(uint32_t|uint16_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    32: (declaration('uint32_t|uint16_t'), 1,
          lambda a: 'uint8_t'),
     # Set 33: set 28 down to 16 bits, a declaration that starts a line
     # with `uint64_t` made `uint16_t`: the counts set 28 found no test
     # carries past 2^32 (tw_stats' counters, a pass's tasks fired, the
     # checker's tallies) must each be carried past 65,535 by some test.
-    33: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    33: (declaration('uint64_t'), 1,
          lambda a: 'uint16_t'),
     # Set 34: set 31 down to a byte, a declaration that starts a line with
     # `int` or `long` made `int8_t`: the return codes and counts set 31
     # found within 16 bits must each fit in -128..127, or some test must
     # carry them past it.
-    34: (re.compile(r'^\s+(?:const\s+)?(int|long)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    34: (declaration('int|long'), 1,
          lambda a: 'int8_t'),
     # Set 35: set 30 down to a byte, a declaration that starts a line with
     # `size_t` made `uint8_t`: the sizes and counts set 30 found within 16
     # bits (an entry's size, the page size, the keys of one op) must each
     # fit in a byte, or some test must carry them past 255.
-    35: (re.compile(r'^\s+(?:const\s+)?(size_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    35: (declaration('size_t'), 1,
          lambda a: 'uint8_t'),
     # Set 36: an atomic weakened, the first atomic operation of a line made
     # relaxed (relaxed_order below). Run under ThreadSanitizer: does some
@@ -316,7 +323,7 @@ SETS = {
     # a deadline, a tick or a time past 2^63 ns then compares below one
     # before it, and shifts in ones. Does some test carry each such value
     # into the top half of the clock, towards the end of time?
-    41: (re.compile(r'^\s+(?:const\s+)?(uint64_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    41: (declaration('uint64_t'), 1,
          lambda a: 'int64_t'),
     # Set 42: set 41 for 32 bits, a declaration that starts a line with
     # `uint32_t` made `int32_t` (set 29's declarations, as wide, signed):
@@ -324,7 +331,7 @@ SETS = {
     # shifts in ones and widens with its sign. Links use the top bit (a
     # list head's carries it, TW__NIL is all ones): does some test see
     # each such value widened or compared as signed?
-    42: (re.compile(r'^\s+(?:const\s+)?(uint32_t)\s+\**\s*\w+\s*[=;,\[]'), 1,
+    42: (declaration('uint32_t'), 1,
          lambda a: 'int32_t'),
 }
 OPS = SETS[1]
