@@ -1,0 +1,157 @@
+/* test_big_key.c: keys of more than 2 GiB, which the API accepts (up to
+ * UINT32_MAX bytes) and a keyed task's record holds as a uint32_t length.
+ *
+ * A length past 2^31 is where a signed type would go wrong: read back
+ * as negative, or widened with its sign, it would no longer equal the
+ * caller's size_t, and the task under the key would be lost to
+ * tw_cancel_keyed and to replacement. Nothing smaller reaches that bit.
+ *
+ * The caller's key is a private anonymous mapping that is never written
+ * but for a few bytes: reading it maps the kernel's zero page, so it
+ * costs address space, not memory. The timer's copy is real: 2 GiB
+ * resident while a task holds the key (one at a time here). Each call
+ * hashes the key whole (SipHash, about a second a call on a 2-vCPU VM).
+ *
+ * Skipped where it cannot run or has nothing to find: a 32-bit target
+ * (no 2 GiB allocation), less than 6 GiB of memory available, valgrind
+ * (its shadow of 2 GiB and its pace: the valgrind setup leaves the `big`
+ * suite out), and ThreadSanitizer (the test starts no thread, and each
+ * hash of the key took it half a minute, 3 minutes in all). */
+#include "helpers.h"
+
+#include <sys/mman.h>
+
+#define BIG ((size_t)1 << 31) /* the top bit of a uint32_t length */
+
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+
+/* MemAvailable in bytes, or 0 if /proc/meminfo does not say. */
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static unsigned char *big_key; /* BIG + 4096 bytes, zero but where set */
+static size_t big_map_len;
+
+static int setup(void **state)
+{
+    (void)state;
+    big_map_len = BIG + 4096;
+    void *p = mmap(NULL, big_map_len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    big_key = p;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    munmap(big_key, big_map_len);
+    big_key = NULL;
+    return 0;
+}
+
+static tw_timer *mk_manual(struct fake_clock *c)
+{
+    struct tw_options o;
+    tw_options_init(&o);
+    o.clock = fake_clock_read;
+    o.clock_ctx = c;
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    return t;
+}
+
+/* One task under a key of 2^31 + 5 bytes: found by an equal key, not by
+ * one a byte shorter (its prefix) or one that differs in its last byte;
+ * replaced under it, fired once, and cancelled under it. */
+static void test_key_past_2_gib(void **state)
+{
+    (void)state;
+    const size_t len = BIG + 5;
+    big_key[len - 1] = 'k'; /* the one byte that tells the keys apart */
+
+    struct fake_clock c = { 0 };
+    tw_timer *t = mk_manual(&c);
+    int fired = 0;
+    tw_id first, second;
+    assert_int_equal(tw_schedule_keyed(t, big_key, len, 10 * MS, count_fn, &fired, &first), 0);
+    assert_int_equal(tw_pending(t), 1);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_true(s.memory_bytes > len); /* the timer holds a copy */
+
+    /* a prefix of the key, and the key with its last byte changed, are
+     * other keys: no task under them, and the task stays */
+    assert_int_equal(tw_cancel_keyed(t, big_key, len - 1), -ENOENT);
+    big_key[len - 1] = 'j';
+    assert_int_equal(tw_cancel_keyed(t, big_key, len), -ENOENT);
+    big_key[len - 1] = 'k';
+    assert_int_equal(tw_pending(t), 1);
+
+    /* the same key again replaces the task: the first id is gone */
+    assert_int_equal(tw_schedule_keyed(t, big_key, len, 20 * MS, count_fn, &fired, &second), 0);
+    assert_true(second != first);
+    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_cancel(t, first), -ENOENT);
+    assert_check(t);
+    uint64_t when;
+    assert_int_equal(tw_deadline(t, second, &when), 0);
+    assert_int_equal(when, 20 * MS);
+
+    /* it fires once, at its deadline, and takes its key's copy with it */
+    c.now = 20 * MS;
+    assert_int_equal(tw_advance(t, c.now), 1);
+    assert_int_equal(fired, 1);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_cancel_keyed(t, big_key, len), -ENOENT);
+
+    /* and a task under it is cancelled by it */
+    assert_int_equal(tw_schedule_keyed(t, big_key, len, 10 * MS, count_fn, &fired, NULL), 0);
+    assert_int_equal(tw_cancel_keyed(t, big_key, len), 0);
+    assert_int_equal(tw_pending(t), 0);
+    c.now = 60 * MS;
+    assert_int_equal(tw_advance(t, c.now), 0);
+    assert_int_equal(fired, 1);
+    tw_stats(t, &s);
+    assert_true(s.memory_bytes < (1ull << 30)); /* the copies were freed */
+    assert_check(t);
+    tw_destroy(t);
+}
+
+int main(void)
+{
+    const char *why = UNDER_TSAN ? "ThreadSanitizer"
+                      : sizeof(size_t) < 8 ? "a 32-bit target"
+                      : mem_available() < (6ull << 30) ? "less than 6 GiB available"
+                      : NULL;
+    if (why) {
+        printf("skipped: %s\n", why);
+        return 77; /* meson's "skipped" */
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_past_2_gib),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
