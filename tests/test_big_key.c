@@ -72,17 +72,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static tw_timer *mk_manual(struct fake_clock *c)
-{
-    struct tw_options o;
-    tw_options_init(&o);
-    o.clock = fake_clock_read;
-    o.clock_ctx = c;
-    tw_timer *t;
-    assert_int_equal(tw_create(&t, &o), 0);
-    return t;
-}
-
 /* One task under a key of 2^31 + 5 bytes: found by an equal key, not by
  * one a byte shorter (its prefix) or one that differs in its last byte;
  * replaced under it, fired once, and cancelled under it. */
@@ -92,8 +81,10 @@ static void test_key_past_2_gib(void **state)
     const size_t len = BIG + 5;
     big_key[len - 1] = 'k'; /* the one byte that tells the keys apart */
 
-    struct fake_clock c = { 0 };
-    tw_timer *t = mk_manual(&c);
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
     int fired = 0;
     tw_id first, second;
     assert_int_equal(tw_schedule_keyed(t, big_key, len, 10 * MS, count_fn, &fired, &first), 0);
