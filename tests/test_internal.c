@@ -1418,7 +1418,7 @@ static void test_reserved_block_growth(void **state)
 extern void __gcov_dump(void);
 #endif
 
-static void child_exit(int code)
+static _Noreturn void child_exit(int code)
 {
 #ifdef TW_TEST_GCOV
     __gcov_dump();
