@@ -52,8 +52,17 @@ magic=$(ar p "$archive" "$(ar t "$archive" | head -n 1)" | head -c 4 | od -An -t
 if [ "$magic" = 4243c0de ]; then
   # LLVM bitcode: a clang LTO build (clang before 17 makes no fat
   # objects), which only a linker with LLVM's LTO (lld, or gold with its
-  # plugin) reads, not the default ld.bfd
-  echo "libtwheel.a holds LLVM bitcode (a clang LTO build): the static links are skipped"
+  # plugin) reads, not the default ld.bfd, and no gcc: linked by clang
+  # through lld where it is installed, else said and skipped
+  case "$ccver" in
+  *clang*) if command -v ld.lld >/dev/null 2>&1; then
+             static_link "${CC:-cc} -flto -fuse-ld=lld" "$tmp/consumer-static"
+             echo "ok: libtwheel.a (LLVM bitcode) links statically with clang -flto -fuse-ld=lld"
+           else
+             echo "libtwheel.a holds LLVM bitcode and ld.lld is missing: the static links are skipped"
+           fi ;;
+  *) echo "libtwheel.a holds LLVM bitcode but \$CC is not clang: the static links are skipped" ;;
+  esac
 else
   static_link "${CC:-cc}" "$tmp/consumer-static"
   echo "ok: links statically with pkg-config --static ($static_libs)"
