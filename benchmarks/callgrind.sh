@@ -28,6 +28,18 @@
 # benchmark's own read of its handle array, the same for all.
 set -eu
 bench=${1:-build/benchmarks/twheel-bench}
+# Every figure is checked before it is printed: a benchmark or valgrind
+# that changed under the script (a function renamed, an output format
+# moved) makes it fail, not print a blank or a zero (CI runs it).
+fail() {
+  echo "callgrind.sh: $*" >&2
+  exit 1
+}
+need() {
+  case $2 in
+  '' | *[!0-9.]* | *.*.* | . | 0 | 0.0 | 0.00) fail "no figure for $1 (got '$2')" ;;
+  esac
+}
 pairs=100000
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -35,7 +47,7 @@ printf '%-12s %16s %16s\n' backend "loop instr/pair" "library/pair"
 for be in twheel twheel-thr heap heap-inline hashed intrusive; do
   out="$tmp/cg.$be"
   valgrind --tool=callgrind --toggle-collect=w1_loop --callgrind-out-file="$out" \
-    "$bench" --callgrind 10000 --backends "$be" >/dev/null 2>&1
+    "$bench" --callgrind 10000 --backends "$be" >/dev/null 2>&1 || fail "valgrind on $be"
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   lib="-"
   pat=
@@ -55,6 +67,8 @@ for be in twheel twheel-thr heap heap-inline hashed intrusive; do
              gsub(",", "", $1); if ($1 + 0 > m[f]) m[f] = $1 + 0 }
            END { for (f in m) s += m[f]; printf "%.0f", s / '"$pairs"' }')
   fi
+  need "$be instructions" "$total"
+  [ -z "$pat" ] || need "$be library instructions" "$lib"
   printf '%-12s %16s %16s\n' "$be" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "$lib"
 done
 for fl in floor floor+nops; do
@@ -62,8 +76,9 @@ for fl in floor floor+nops; do
   [ "$fl" = floor+nops ] && fn=floor_loop_eager_pad
   out="$tmp/cg.$fl"
   valgrind --tool=callgrind --toggle-collect="$fn" --callgrind-out-file="$out" \
-    "$bench" --callgrind 10000 --backends floor >/dev/null 2>&1
+    "$bench" --callgrind 10000 --backends floor >/dev/null 2>&1 || fail "valgrind on $fl"
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  need "$fl instructions" "$total"
   printf '%-12s %16s %16s\n' "$fl" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "-"
 done
 
@@ -81,13 +96,15 @@ for be in twheel heap heap-inline hashed intrusive floor; do
     out="$tmp/cm.$be.$ll"
     valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL="$ll,16,64" \
       --toggle-collect="$fn" --callgrind-out-file="$out" \
-      "$bench" --callgrind "$n6" --backends "$be" >/dev/null 2>&1
+      "$bench" --callgrind "$n6" --backends "$be" >/dev/null 2>&1 || fail "valgrind on $be"
     # PROGRAM TOTALS: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw, each with
     # its percentage after it, in brackets (taken out first: "( 0.11%)"
     # holds a space).
     tot=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {
             gsub(/\([^)]*\)/, ""); gsub(",", "")
             printf "%.2f %.2f", ($5 + $6) / '"$pairs"', ($8 + $9) / '"$pairs"' }')
+    need "$be misses" "${tot% *}"
+    need "$be misses" "${tot#* }"
     case $ll in
     2097152) d1=${tot% *} m2=${tot#* } ;;
     *) m32=${tot#* } ;;
@@ -104,6 +121,7 @@ for be in twheel heap heap-inline hashed intrusive floor; do
                gsub(/\([^)]*\)/, ""); gsub(",", "")
                if ($1 + $2 > m[f]) m[f] = $1 + $2 }
              END { for (f in m) s += m[f]; printf "%.2f", s / '"$pairs"' }')
+      need "$be library misses" "$lib"
     fi
   done
   printf '%-12s %10s %14s %14s %14s\n' "$be" "$d1" "$m2" "$lib" "$m32"
