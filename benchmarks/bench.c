@@ -75,6 +75,7 @@ static struct {
     const char *out;      /* output prefix */
     int reps;
     long callgrind_n;     /* --callgrind N: only the W1 loop */
+    long callgrind_w2_n;  /* --callgrind-w2 N: only W2 on a simulated clock */
     size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     int w2_emptied;       /* --w2-emptied: W2 warm once more, no timer held */
     FILE *csv;
@@ -1047,6 +1048,48 @@ static void run_w2(void)
  * longest single advance (in thread CPU time) is how long a back end
  * keeps due timers waiting while it works (for a wheel whose coarse
  * buckets cascade whole, the tick that cascades one). */
+uint64_t w2_sim_loop(const struct backend_ops *ops, struct backend *be, const uint64_t *delays,
+                     size_t n, uint64_t base, int timed);
+
+/* W2 on a simulated clock, the part measured: n adds, then advances 1 ms
+ * at a time until all have fired (a back end still short of n a second
+ * after the span has lost timers: the caller checks g_fired). Out of line
+ * and named, so that callgrind can count only it (benchmarks/callgrind.sh,
+ * which passes timed = 0). Returns the longest advance in thread CPU ns
+ * when timed, thread CPU and not wall time: a preemption of this thread
+ * (a shared VM's steal) is not the back end's work, and one such pause in
+ * ~2,000 advances used to set the figure. */
+__attribute__((noinline)) uint64_t w2_sim_loop(const struct backend_ops *ops, struct backend *be,
+                                               const uint64_t *delays, size_t n, uint64_t base,
+                                               int timed)
+{
+    for (size_t k = 0; k < n; k++)
+        ops->add(be, delays[k], &g_dummy, &handle_sink);
+    uint64_t longest = 0;
+    for (uint64_t t = base + MS; g_fired < n && t < base + w2_span() + SEC; t += MS) {
+        double w0 = timed ? bench_thread_cpu() : 0;
+        ops->advance(be, t);
+        if (!timed)
+            continue;
+        uint64_t w = (uint64_t)((bench_thread_cpu() - w0) * 1e9);
+        if (w > longest)
+            longest = w;
+    }
+    return longest;
+}
+
+/* W2's delays, seeded as every W2 run seeds them. */
+static uint64_t *w2_delays(size_t n)
+{
+    uint64_t *delays = malloc(n * sizeof(uint64_t));
+    if (!delays)
+        abort();
+    rng_state = 0xC0FFEEull; /* W2's delays */
+    for (size_t k = 0; k < n; k++)
+        delays[k] = uniform(0, w2_span());
+    return delays;
+}
+
 static void run_w2_sim(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
@@ -1061,12 +1104,7 @@ static void run_w2_sim(void)
     printf("    %-11s %14s %16s\n", "", "CPU s/million", "longest advance (CPU)");
     struct result r[NBACKENDS];
     int nr = 0;
-    uint64_t *delays = malloc(n * sizeof(uint64_t));
-    if (!delays)
-        abort();
-    rng_state = 0xC0FFEEull; /* W2's delays */
-    for (size_t k = 0; k < n; k++)
-        delays[k] = uniform(0, w2_span());
+    uint64_t *delays = w2_delays(n);
     for (size_t b = 0; b < NBACKENDS; b++) {
         const struct backend_ops *ops = all_backends[b];
         if (!available(ops) || !selected(cfg.backends, ops->name) || !ops->sim_clock)
@@ -1078,21 +1116,7 @@ static void run_w2_sim(void)
             continue;
         g_fired = 0; /* g_late is NULL: firings are only counted */
         double a0 = process_cpu();
-        for (size_t k = 0; k < n; k++)
-            ops->add(&be, delays[k], &g_dummy, &handle_sink);
-        uint64_t longest = 0;
-        /* every delay is under the span; a back end still short of n a
-         * second after it has lost timers, which the line says */
-        for (uint64_t t = base + MS; g_fired < n && t < base + w2_span() + SEC; t += MS) {
-            /* thread CPU, not wall time: a preemption of this thread (a
-             * shared VM's steal) is not the back end's work, and one such
-             * pause in ~2,000 advances used to set the figure */
-            double w0 = bench_thread_cpu();
-            ops->advance(&be, t);
-            uint64_t w = (uint64_t)((bench_thread_cpu() - w0) * 1e9);
-            if (w > longest)
-                longest = w;
-        }
+        uint64_t longest = w2_sim_loop(ops, &be, delays, n, base, 1);
         double cpu = (process_cpu() - a0) * 1e6 / (double)n;
         size_t fired = g_fired;
         ops->close(&be);
@@ -1619,6 +1643,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: twheel-bench [--quick] [--only w1,w1r,floor,w2,w3,w4,w5,w6] [--backends a,b]\n"
             "                    [--reps N (1..9, default 3)] [--out PREFIX] [--callgrind N]\n"
+            "                    [--callgrind-w2 N]\n"
             "                    [--n N]  (W1 at this N only) [--w2-emptied]\n"
             "                    [--huge-pages]  (manual twheel with tw_options.huge_pages)\n");
     exit(2);
@@ -1685,6 +1710,8 @@ int main(int argc, char **argv)
             bench_huge_pages = 1;
         else if (!strcmp(argv[k], "--callgrind") && k + 1 < argc)
             cfg.callgrind_n = atol(argv[++k]);
+        else if (!strcmp(argv[k], "--callgrind-w2") && k + 1 < argc)
+            cfg.callgrind_w2_n = atol(argv[++k]);
         else
             usage();
     }
@@ -1706,6 +1733,29 @@ int main(int argc, char **argv)
         }
         w1_free(&in);
         return 0;
+    }
+    if (cfg.callgrind_w2_n > 0) {
+        /* Only W2 on a simulated clock (w2_sim_loop), for counting under
+         * callgrind (benchmarks/callgrind.sh): N adds, all fired. */
+        size_t n = (size_t)cfg.callgrind_w2_n;
+        uint64_t *delays = w2_delays(n);
+        int rc = 0;
+        for (size_t b = 0; b < NBACKENDS; b++) {
+            const struct backend_ops *ops = all_backends[b];
+            struct backend be;
+            if (!available(ops) || !selected(cfg.backends, ops->name) || !ops->sim_clock ||
+                open_backend(&be, ops, n + 16))
+                continue;
+            g_fired = 0;
+            w2_sim_loop(ops, &be, delays, n, bench_now_ns(), 0);
+            if (g_fired != n) {
+                fprintf(stderr, "twheel-bench: %s fired %zu of %zu\n", ops->name, (size_t)g_fired, n);
+                rc = 1;
+            }
+            ops->close(&be);
+        }
+        free(delays);
+        return rc;
     }
 
     char path[512];

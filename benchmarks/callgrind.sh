@@ -26,6 +26,13 @@
 # overlaps), so they say how much memory traffic a design makes, not how
 # long it waits. About 1.1 of each back end's figure is the
 # benchmark's own read of its handle array, the same for all.
+#
+# Last, W2 on a simulated clock at N = 10^6 (twheel-bench --callgrind-w2:
+# 10^6 adds with delays in [0, 2 s], then an advance every simulated 1 ms
+# until all have fired): instructions and misses per timer, its add, its
+# firing (the benchmark's callback counts it) and its share of ~2,000
+# advances, with the same cache. No sleep is counted: W2's own rows add
+# the host's wake-ups, which cost what the host charges.
 set -eu
 bench=${1:-build/benchmarks/twheel-bench}
 # Every figure is checked before it is printed: a benchmark or valgrind
@@ -125,4 +132,31 @@ for be in twheel heap heap-inline hashed intrusive floor; do
     fi
   done
   printf '%-12s %10s %14s %14s %14s\n' "$be" "$d1" "$m2" "$lib" "$m32"
+done
+
+# W2 on a simulated clock, per timer fired.
+printf '\nW2 on a simulated clock, per timer (add + firing + advances), N = %d (callgrind)\n' "$n6"
+printf '%-12s %10s %10s %14s %14s\n' backend "instr" "D1 miss" "LL 2 MiB miss" "LL 32 MiB miss"
+for be in twheel heap heap-inline hashed; do
+  for ll in 2097152 33554432; do
+    out="$tmp/w2.$be.$ll"
+    valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL="$ll,16,64" \
+      --toggle-collect=w2_sim_loop --callgrind-out-file="$out" \
+      "$bench" --callgrind-w2 "$n6" --backends "$be" >/dev/null 2>&1 || fail "valgrind on $be (W2)"
+    tot=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {
+            gsub(/\([^)]*\)/, ""); gsub(",", "")
+            printf "%.1f %.2f %.2f", $1 / '"$n6"', ($5 + $6) / '"$n6"', ($8 + $9) / '"$n6"' }')
+    set -f
+    # shellcheck disable=SC2086 # three figures, split on purpose
+    set -- $tot
+    set +f
+    need "$be W2 instructions" "${1-}"
+    need "$be W2 misses" "${2-}"
+    need "$be W2 misses" "${3-}"
+    case $ll in
+    2097152) ir=$1 d1=$2 m2=$3 ;;
+    *) m32=$3 ;;
+    esac
+  done
+  printf '%-12s %10s %10s %14s %14s\n' "$be" "$ir" "$d1" "$m2" "$m32"
 done
