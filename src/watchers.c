@@ -21,7 +21,7 @@ static struct tw__watcher **slot_of(struct tw__wshard *s, uint64_t h, const void
     if (!s->cap)
         return NULL;
     struct tw__watcher **w = &s->table[h & (s->cap - 1)];
-    while (*w && ((*w)->hash != h || (*w)->keylen != len || memcmp((*w)->key, key, len)))
+    while (*w && ((*w)->hash != h || (*w)->keylen != len || memcmp((*w)->key, key, len) != 0))
         w = &(*w)->next;
     return w;
 }
