@@ -1040,14 +1040,6 @@ static void run_w2(void)
     csv_row("W2", "page", 0, "populated_first_write_us", pc.first_write_us, 0);
 }
 
-/* W2 on a simulated clock: the same timers, advanced 1 ms at a time with
- * no sleeping, so what is left is the back end's own work with the caches
- * as warm as the workload leaves them. Set against W2 above, it shows how
- * much of W2's CPU is the wake-ups themselves (their CPU, measured here
- * too, and the caches the machine cools while the loop sleeps). The
- * longest single advance (in thread CPU time) is how long a back end
- * keeps due timers waiting while it works (for a wheel whose coarse
- * buckets cascade whole, the tick that cascades one). */
 uint64_t w2_sim_loop(const struct backend_ops *ops, struct backend *be, const uint64_t *delays,
                      size_t n, uint64_t base, int timed);
 
@@ -1090,6 +1082,14 @@ static uint64_t *w2_delays(size_t n)
     return delays;
 }
 
+/* W2 on a simulated clock: the same timers, advanced 1 ms at a time with
+ * no sleeping, so what is left is the back end's own work with the caches
+ * as warm as the workload leaves them. Set against W2 above, it shows how
+ * much of W2's CPU is the wake-ups themselves (their CPU, measured here
+ * too, and the caches the machine cools while the loop sleeps). The
+ * longest single advance (in thread CPU time) is how long a back end
+ * keeps due timers waiting while it works (for a wheel whose coarse
+ * buckets cascade whole, the tick that cascades one). */
 static void run_w2_sim(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;

@@ -99,6 +99,11 @@ for be in twheel heap heap-inline hashed intrusive floor; do
   fn=w1_loop
   [ "$be" = floor ] && fn=floor_loop_eager
   lib="-"
+  pat=
+  case $be in
+  twheel) pat='src\/timer.c:tw_(schedule|cancel)' ;;
+  intrusive) pat='benchmarks\/intrusive.c:it_(schedule|cancel)' ;;
+  esac
   for ll in 2097152 33554432; do
     out="$tmp/cm.$be.$ll"
     valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL="$ll,16,64" \
@@ -115,11 +120,6 @@ for be in twheel heap heap-inline hashed intrusive floor; do
     case $ll in
     2097152) d1=${tot% *} m2=${tot#* } ;;
     *) m32=${tot#* } ;;
-    esac
-    pat=
-    case $be in
-    twheel) pat='src\/timer.c:tw_(schedule|cancel)' ;;
-    intrusive) pat='benchmarks\/intrusive.c:it_(schedule|cancel)' ;;
     esac
     if [ -n "$pat" ] && [ "$ll" = 2097152 ]; then
       lib=$(callgrind_annotate --inclusive=yes --show=DLmr,DLmw "$out" 2>/dev/null |
