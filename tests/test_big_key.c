@@ -1,5 +1,6 @@
 /* test_big_key.c: keys of more than 2 GiB, which the API accepts (up to
- * UINT32_MAX bytes) and a keyed task's record holds as a uint32_t length.
+ * UINT32_MAX bytes) and a keyed task's record holds as a uint32_t length;
+ * and a key of UINT32_MAX bytes, the longest.
  *
  * A length past 2^31 is where a signed type would go wrong: read back
  * as negative, or widened with its sign, it would no longer equal the
@@ -9,14 +10,16 @@
  * The caller's key is a private anonymous mapping that is never written
  * but for a few bytes: reading it maps the kernel's zero page, so it
  * costs address space, not memory. The timer's copy is real: 2 GiB
- * resident while a task holds the key (one at a time here). Each call
- * hashes the key whole (SipHash, about a second a call on a 2-vCPU VM).
+ * resident while a task holds the key (one at a time here), 4 GiB for the
+ * longest key. Each call hashes the key whole (SipHash, about a second a
+ * call on a 2-vCPU VM for 2 GiB).
  *
  * Skipped where it cannot run or has nothing to find: a 32-bit target
  * (no 2 GiB allocation), less than 6 GiB of memory available, valgrind
  * (its shadow of 2 GiB and its pace: the valgrind setup leaves the `big`
  * suite out), and ThreadSanitizer (the test starts no thread, and each
- * hash of the key took it half a minute, 3 minutes in all). */
+ * hash of the key took it half a minute, 3 minutes in all). The longest
+ * key's test also skips itself below 10 GiB available. */
 #include "helpers.h"
 
 #include <sys/mman.h>
@@ -49,13 +52,15 @@ static uint64_t mem_available(void)
     return (uint64_t)kb * 1024;
 }
 
-static unsigned char *big_key; /* BIG + 4096 bytes, zero but where set */
+/* UINT32_MAX + 4096 bytes (both tests' keys and a byte past the longest),
+ * zero but where a test sets a byte, which it puts back */
+static unsigned char *big_key;
 static size_t big_map_len;
 
 static int setup(void **state)
 {
     (void)state;
-    big_map_len = BIG + 4096;
+    big_map_len = (size_t)UINT32_MAX + 4096;
     void *p = mmap(NULL, big_map_len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
@@ -129,6 +134,58 @@ static void test_key_past_2_gib(void **state)
     assert_true(s.memory_bytes < (1ull << 30)); /* the copies were freed */
     assert_check(t);
     tw_destroy(t);
+    big_key[len - 1] = 0;
+}
+
+/* A key of UINT32_MAX bytes, the most a record's uint32_t length holds
+ * and the longest the header accepts ("above UINT32_MAX" is refused): a
+ * bound written `<` for `<=`, or a length cut short on its way into the
+ * record, would refuse or lose it. One byte more is refused, and leaves
+ * the task under the key as it was; the key, not its prefix, cancels it. */
+static void test_key_of_uint32_max_bytes(void **state)
+{
+    (void)state;
+    if (mem_available() < (10ull << 30)) {
+        printf("skipped: less than 10 GiB available\n");
+        skip();
+    }
+    const size_t len = UINT32_MAX;
+    big_key[len - 1] = 'm';
+
+    struct fake_clock c;
+    struct tw_options o = manual_opts(&c, 0, MS, 64);
+    tw_timer *t;
+    assert_int_equal(tw_create(&t, &o), 0);
+    int fired = 0;
+    tw_id id;
+    assert_int_equal(tw_schedule_keyed(t, big_key, len, 10 * MS, count_fn, &fired, &id), 0);
+    assert_int_equal(tw_pending(t), 1);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_true(s.memory_bytes > len); /* the timer holds the whole key */
+
+    /* one byte more: refused, and the task under the key is untouched */
+    assert_int_equal(tw_schedule_keyed(t, big_key, len + 1, 5 * MS, count_fn, &fired, NULL),
+                     -EINVAL);
+    assert_int_equal(tw_pending(t), 1);
+    uint64_t when;
+    assert_int_equal(tw_deadline(t, id, &when), 0);
+    assert_int_equal(when, 10 * MS);
+
+    /* its prefix is another key; the key itself cancels the task */
+    assert_int_equal(tw_cancel_keyed(t, big_key, len - 1), -ENOENT);
+    assert_int_equal(tw_pending(t), 1);
+    assert_int_equal(tw_cancel_keyed(t, big_key, len), 0);
+    assert_int_equal(tw_pending(t), 0);
+    assert_int_equal(tw_cancel(t, id), -ENOENT);
+    c.now = 20 * MS;
+    assert_int_equal(tw_advance(t, c.now), 0);
+    assert_int_equal(fired, 0);
+    tw_stats(t, &s);
+    assert_true(s.memory_bytes < (1ull << 30)); /* the copy was freed */
+    assert_check(t);
+    tw_destroy(t);
+    big_key[len - 1] = 0;
 }
 
 int main(void)
@@ -143,6 +200,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_past_2_gib),
+        cmocka_unit_test(test_key_of_uint32_max_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
