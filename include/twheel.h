@@ -116,7 +116,15 @@ struct tw_options {
                                      4 .. 64 */
     uint64_t capacity;            /* tasks to make room for at creation
                                      (0 = grow on demand; threaded: shared
-                                     out over the shards), and for the 16
+                                     out evenly over the shards; a thread
+                                     schedules into one shard (see
+                                     "Scaling" below), so with fewer
+                                     scheduling threads than shards their
+                                     shards outgrow their shares and the
+                                     other shares go unused: counted in
+                                     tw_stats.memory_bytes, not resident
+                                     with the default allocator), and for
+                                     the 16
                                      cancels a shard whose slots wait to
                                      be reused (tw_cancel). A full pool
                                      doubles: with the default allocator
