@@ -16,7 +16,8 @@
  *       held through both, as a server's timer never empties; with
  *       --w2-emptied, "W2emptied" again with none held); each row
  *       the median of --reps runs, its lateness extremes the worst of
- *       them; then what a fresh page of memory costs on this host (the
+ *       them, beside the vCPU time the hypervisor stole meanwhile; then
+ *       what a fresh page of memory costs on this host (the
  *       gap between cold and warm, where it is the host's). Then the
  *       same on a simulated clock (1 ms steps, no sleeping): the back
  *       end's own work, its longest advance, and what one sleep costs.
@@ -793,6 +794,25 @@ static int w2_in_child(const struct backend_ops *ops, size_t n, int warm, struct
     return ok;
 }
 
+/* The hypervisor's steal time so far, in ms summed over this guest's
+ * vCPUs: time a vCPU had work and the host ran something else (the
+ * eighth figure of /proc/stat's "cpu" line, in clock ticks). A timer due
+ * then fires late whatever its driver does: W2's rows print what was
+ * stolen while they ran, beside their lateness. -1 where there is no such
+ * figure (not Linux). */
+static double steal_ms(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    unsigned long long v[8];
+    int got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                     &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    return got == 8 && hz > 0 ? (double)v[7] * 1e3 / (double)hz : -1;
+}
+
 /* One W2 row: runs ops `reps` times, each in a child of its own, prints
  * its line, writes its CSV and plot rows. A one-off run on these VMs can
  * be off by half (a burst on the host during the 2 s of firing), so the
@@ -805,6 +825,7 @@ static double w2_row(const struct backend_ops *ops, size_t n, int warm, int reps
     double cpu[9], add[9], adder[9], p50[9], p99[9];
     struct w2_out o = { 0 };
     int nok = 0;
+    double steal0 = steal_ms();
     for (int k = 0; k < reps; k++) {
         progress("%s %s, run %d of %d...\r", w, ops->name, k + 1, reps);
         struct w2_out one = { 0 };
@@ -822,6 +843,7 @@ static double w2_row(const struct backend_ops *ops, size_t n, int warm, int reps
         nok++;
     }
     progress("%60s\r", "");
+    double steal1 = steal_ms(), stolen = steal0 >= 0 && steal1 >= 0 ? steal1 - steal0 : -1;
     int ok = nok == reps;
     if (nok) {
         o.cpu_per_million = median(cpu, nok);
@@ -830,9 +852,14 @@ static double w2_row(const struct backend_ops *ops, size_t n, int warm, int reps
         o.p50 = (int64_t)median(p50, nok);
         o.p99 = (int64_t)median(p99, nok);
     }
-    printf("    %-11s %14.3f %8.1f %8.1f %10.3f %10.3f %10.3f %10.3f%s\n", ops->name,
+    char st[32] = "-";
+    if (stolen >= 0)
+        snprintf(st, sizeof st, "%.0f", stolen);
+    printf("    %-11s %14.3f %8.1f %8.1f %10.3f %10.3f %10.3f %10.3f %8s%s\n", ops->name,
            o.cpu_per_million, o.add_ns, o.adder_ns, (double)o.p50 / 1e6, (double)o.p99 / 1e6, (double)o.max / 1e6, (double)o.min / 1e6,
-           ok ? (o.min < 0 ? "  fired EARLY" : "") : "  DID NOT FINISH");
+           st, ok ? (o.min < 0 ? "  fired EARLY" : "") : "  DID NOT FINISH");
+    if (stolen >= 0)
+        csv_row(w, ops->name, n, "host_steal_ms", stolen, 0);
     csv_row(w, ops->name, n, "late_p50_ns", (double)o.p50, 0);
     csv_row(w, ops->name, n, "late_p99_ns", (double)o.p99, 0);
     csv_row(w, ops->name, n, "late_max_ns", (double)o.max, 0);
@@ -976,8 +1003,10 @@ static void run_w2(void)
                reps);
         printf("  add ns: process CPU per add (a back end's own thread, firing meanwhile, "
                "included); adder: the adding thread's alone\n");
-        printf("    %-11s %14s %8s %8s %10s %10s %10s %10s\n", "", "CPU s/million", "add ns",
-               "adder", "late p50", "p99", "max", "min (ms)");
+        printf("  stolen: ms the hypervisor took from this guest's vCPUs over the row's runs "
+               "(/proc/stat), when nothing fires on time\n");
+        printf("    %-11s %14s %8s %8s %10s %10s %10s %10s %8s\n", "", "CPU s/million", "add ns",
+               "adder", "late p50", "p99", "max", "min (ms)", "stolen");
         struct result r[NBACKENDS + 1];
         int nr = 0;
         for (size_t b = 0; b < NBACKENDS; b++) {
@@ -1023,14 +1052,20 @@ static void run_w2(void)
                (pc.populate_us + pc.first_write_us) * 1e3 * slot / (double)psz, slot);
     struct idle_driver id = { w2_span(), -1, -1, -1 };
     pthread_t th;
+    double steal0 = steal_ms();
     if (pthread_create(&th, NULL, idle_driver_thread, &id) == 0)
         pthread_join(th, NULL);
+    double steal1 = steal_ms();
     if (id.p50 >= 0) {
         printf("  an idle driver here (a thread sleeping to each 1 ms tick as twheel's does, no\n"
                "  timer, over %g s) would make timers due uniformly late by p50 %.3f, p99 %.3f,\n"
-               "  max %.3f ms: the host's floor under threaded twheel's lateness above\n",
+               "  max %.3f ms: the host's floor under threaded twheel's lateness above",
                (double)id.span / 1e9, (double)id.p50 / 1e6, (double)id.p99 / 1e6,
                (double)id.max / 1e6);
+        if (steal0 >= 0 && steal1 >= 0)
+            printf(" (%.0f ms\n  stolen meanwhile; a row above that had more may be later than this floor)",
+                   steal1 - steal0);
+        printf("\n");
         csv_row("W2", "idle-driver", 0, "late_p50_ns", (double)id.p50, 0);
         csv_row("W2", "idle-driver", 0, "late_p99_ns", (double)id.p99, 0);
         csv_row("W2", "idle-driver", 0, "late_max_ns", (double)id.max, 0);
