@@ -1003,8 +1003,8 @@ static void run_w2(void)
                reps);
         printf("  add ns: process CPU per add (a back end's own thread, firing meanwhile, "
                "included); adder: the adding thread's alone\n");
-        printf("  stolen: ms the hypervisor took from this guest's vCPUs over the row's runs "
-               "(/proc/stat), when nothing fires on time\n");
+        printf("  stolen: ms of vCPU time the hypervisor took from this guest over the row's runs "
+               "(/proc/stat):\n  a timer due then fires late whatever the back end does\n");
         printf("    %-11s %14s %8s %8s %10s %10s %10s %10s %8s\n", "", "CPU s/million", "add ns",
                "adder", "late p50", "p99", "max", "min (ms)", "stolen");
         struct result r[NBACKENDS + 1];

@@ -123,10 +123,10 @@ struct tw_options {
                                      shards outgrow their shares and the
                                      other shares go unused: counted in
                                      tw_stats.memory_bytes, not resident
-                                     with the default allocator), and for
-                                     the 16
-                                     cancels a shard whose slots wait to
-                                     be reused (tw_cancel). A full pool
+                                     with the default allocator), and
+                                     for the 16 cancels a shard whose
+                                     slots wait to be reused
+                                     (tw_cancel). A full pool
                                      doubles: with the default allocator
                                      a pool of 1 MiB or more is mapped
                                      directly in a reservation of address
