@@ -60,7 +60,8 @@ with set 40 makes an error another (the first negative errno of a line
 made -EINVAL, and -EINVAL made -ENOENT), or with set 41 makes a value
 signed (a declaration that starts a line with `uint64_t` made
 `int64_t`), or with set 42 the same for 32 bits (`uint32_t` made
-`int32_t`), in a
+`int32_t`), or with set 43 turns an order round (two statements that
+set 3 would remove, on consecutive lines at one indent, swapped), in a
 git worktree of HEAD, builds it
 (sets 36 and 37 with clang and ThreadSanitizer, as CI's stage: on x86 a
 weaker order compiles to the same loads and stores, and only TSan's
@@ -333,6 +334,15 @@ SETS = {
     # each such value widened or compared as signed?
     42: (declaration('uint32_t'), 1,
          lambda a: 'int32_t'),
+    # Set 43: an order turned round, two statements that stand on
+    # consecutive lines at one indent (each as set 3 takes them: an
+    # assignment, an update or a call written for its effect) swapped:
+    # a value read before it is written, a count moved before the check
+    # it counts, a link made before its node is filled. Most swaps of
+    # unrelated stores change nothing a caller could see (the compiler
+    # reorders many of them anyway: same-code); does some test see the
+    # order of each pair that matters?
+    43: 'order',
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
@@ -348,6 +358,14 @@ STATEMENT = re.compile(r'^(?:[\w.>\[\]*&()-]+\s*(?:[-+*/%&|^]|<<|>>)?=[^=].*'
 DECLARATION = re.compile(r'^(?:\w+\s+)+\**\s*\w+\s*(?:=|;|,|\[)')
 KEYWORDS = ('return', 'break', 'continue', 'goto', 'if', 'for', 'while', 'switch', 'do ',
             'else', 'case', 'default', '(void)')
+
+
+def standalone(c):
+    """Whether stripped code c is a statement of its own that set 3
+    removes and set 43 moves: written for its effect, not a declaration,
+    a jump or a lock's call."""
+    return (bool(STATEMENT.match(c)) and not DECLARATION.match(c) and not c.startswith(KEYWORDS)
+            and not re.search(r'_(un)?lock\(', c))
 
 
 def close_paren(code, k):
@@ -719,7 +737,8 @@ def mutants(top):
             continue
         incomment = False
         prev = ''  # the last line of code before this one, stripped
-        for n, line in enumerate(open(os.path.join(top, f)).read().split('\n'), 1):
+        lines = open(os.path.join(top, f)).read().split('\n')
+        for n, line in enumerate(lines, 1):
             st = line.strip()
             if incomment:
                 incomment = '*/' not in st
@@ -777,13 +796,24 @@ def mutants(top):
                     out.append({'file': f, 'line': n, 'col': m.start(group), 'a': a,
                                 'b': changed(a), 'text': st})
                 continue
+            if OPS == 'order':
+                # this line's statement and the next line's, both standing
+                # alone at one indent, swapped (the next line's edit in
+                # `more`); lines[] is 0-based, n counts from 1
+                nxt = lines[n] if n < len(lines) else ''
+                c, d = code.strip(), nxt.split('/*')[0].strip()
+                indent = len(code) - len(code.lstrip())
+                if (before.endswith((';', '{', '}', ')', ':', 'else')) and c != d
+                        and nxt.startswith(code[:indent]) and nxt[indent:indent + 1] not in ' \t'
+                        and all(standalone(x) for x in (c, d))):
+                    out.append({'file': f, 'line': n, 'col': indent, 'a': c, 'b': d,
+                                'text': st, 'more': [[n + 1, indent, d, c]]})
+                continue
             if OPS is None:
                 # a statement of its own: the line before ends one (or opens
                 # a block, or is the head of an if, a loop or a label)
                 c = code.strip()
-                if (before.endswith((';', '{', '}', ')', ':', 'else')) and STATEMENT.match(c)
-                        and not DECLARATION.match(c) and not c.startswith(KEYWORDS)
-                        and not re.search(r'_(un)?lock\(', c)):
+                if before.endswith((';', '{', '}', ')', ':', 'else')) and standalone(c):
                     out.append({'file': f, 'line': n, 'col': code.index(c), 'a': c,
                                 'b': '(void)0;', 'text': st})
                 continue
