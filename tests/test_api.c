@@ -1689,6 +1689,61 @@ static void test_drain_drops_plain_whole(void **state)
     tw_destroy(t);
 }
 
+/* A drop from a callback, after the same callback cancelled a task that
+ * waits beside it on the expired list: that cancel's unlink is still in
+ * the ring, and the drop must settle it before it resets the list's head,
+ * or the unlink writes the head back towards the dropped tasks (the list
+ * would then lead into freed slots). Which task the cancel takes decides
+ * whether its neighbours are the head, so each is taken in turn. */
+struct cancel_drop {
+    tw_id ids[11];
+    int k;          /* the task to cancel, by the order of the schedules */
+    int fired;
+    int cancel_rc;
+    size_t dropped;
+};
+
+static void cancel_then_drop_fn(tw_timer *t, tw_id id, void *arg)
+{
+    struct cancel_drop *cd = arg;
+    if (cd->fired++)
+        return; /* the drop below leaves none to fire: never reached */
+    tw_id target = cd->ids[cd->k] != id ? cd->ids[cd->k] : cd->ids[(cd->k + 1) % 11];
+    cd->cancel_rc = tw_cancel(t, target);
+    cd->dropped = tw_drain(t, NULL, NULL);
+}
+
+static void test_drop_from_callback_after_cancel(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, 0, MS, 64);
+    int later = 0;
+    for (int k = 0; k < 11; k++) {
+        struct cancel_drop cd = { .k = k };
+        uint64_t now = tw_now(t);
+        for (int i = 0; i < 11; i++) /* all due in one tick */
+            assert_int_equal(tw_schedule(t, MS, cancel_then_drop_fn, &cd, &cd.ids[i]), 0);
+        assert_int_equal(tw_schedule(t, SEC, cancel_then_drop_fn, &cd, NULL), 0);
+        assert_int_equal(tw_advance(t, now + 2 * SEC), 1);
+        assert_int_equal(cd.fired, 1);
+        assert_int_equal(cd.cancel_rc, 0);
+        assert_int_equal(cd.dropped, 10); /* 9 beside it, and the one due later */
+        assert_int_equal(tw_pending(t), 0);
+        assert_check(t);
+        for (int i = 0; i < 11; i++)
+            assert_int_equal(tw_cancel(t, cd.ids[i]), -ENOENT);
+        /* the expired list works on: a task fires once, and no other */
+        now = tw_now(t);
+        assert_int_equal(tw_schedule(t, MS, count_fn, &later, NULL), 0);
+        assert_int_equal(tw_advance(t, now + 2 * SEC), 1);
+        assert_int_equal(later, k + 1);
+        assert_int_equal(cd.fired, 1);
+        assert_check(t);
+    }
+    tw_destroy(t);
+}
+
 /* tw_destroy from a callback of its own timer cannot return an error
  * (void) and must not go on: the loop that called the callback would run
  * over freed memory. It aborts with a message, from a firing and from a
@@ -2552,6 +2607,7 @@ int main(void)
         cmocka_unit_test(test_drain_nested_past_8_bits),
         cmocka_unit_test(test_drain_from_periodic),
         cmocka_unit_test(test_drain_drops_plain_whole),
+        cmocka_unit_test(test_drop_from_callback_after_cancel),
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_stats_and_misc),
         cmocka_unit_test(test_ids_never_reissued),
