@@ -13,7 +13,10 @@
  *   - try_complete(op) checks whether op can complete now; if so it calls
  *     tw_op_force_complete(op) and returns true;
  *   - tw_op_force_complete returns true for exactly one caller; that caller
- *     runs on_complete(op) (once, ever) and the op's timeout is cancelled;
+ *     cancels the op's timeout, then runs on_complete(op) (once, ever).
+ *     There tw_purgatory_delayed no longer counts the op, but where, in
+ *     threaded mode, its timeout was firing at that moment: the count
+ *     drops when the expiration starts;
  *   - when the timeout fires first, the timer forces completion itself and
  *     then runs on_expire(op): on_expire always comes after on_complete;
  *   - try_complete, force_complete and on_complete run under the op's own

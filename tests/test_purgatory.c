@@ -379,6 +379,75 @@ static void test_long_timeout_and_key(void **state)
 
 /* on_expire may be NULL: an op whose timeout fires is completed (its
  * on_complete runs once) and nothing else is called. */
+/* An op's timeout is cancelled before its on_complete runs (the header's
+ * order): there, tw_purgatory_delayed no longer counts the op, and its
+ * purgatory's timer no longer holds its timeout, whichever way it
+ * completed: by an event on its key, by tw_op_force_complete from the
+ * caller, or by its timeout firing. Another op's timeout, still pending,
+ * is counted throughout. (In threaded mode the order also keeps a timeout
+ * that fires during a long on_complete from holding up the driver on the
+ * op's lock.) Found by mutation set 43: the two calls swapped. */
+struct seen {
+    struct req r; /* first: req_try and req_complete take the ctx for one */
+    tw_purgatory *p;
+    int calls;
+    uint64_t delayed;
+    size_t pending;
+};
+
+static void seen_complete(tw_op *op)
+{
+    struct seen *s = tw_op_ctx(op);
+    s->calls++;
+    s->delayed = tw_purgatory_delayed(s->p);
+    s->pending = tw_pending(tw_purgatory_timer(s->p));
+    req_complete(op);
+}
+
+static void test_timeout_cancelled_before_on_complete(void **state)
+{
+    (void)state;
+    static const struct tw_op_ops seen_ops = { req_try, seen_complete, req_expire };
+    tw_purgatory *p = mk_manual(1000);
+    tw_timer *t = tw_purgatory_timer(p);
+    struct seen s[3] = { { .p = p }, { .p = p }, { .p = p } };
+    tw_op *op[3];
+    struct tw_key k[3] = { KEY("a"), KEY("b"), KEY("c") };
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(tw_op_create(p, &seen_ops, &s[i], (uint64_t)(i + 1) * SEC, &op[i]), 0);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k[i], 1), 0);
+    }
+    assert_int_equal(tw_purgatory_delayed(p), 3);
+    assert_int_equal(tw_pending(t), 3);
+
+    /* by an event on its key */
+    atomic_store(&s[0].r.completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "a", 1), 1);
+    assert_int_equal(s[0].calls, 1);
+    assert_int_equal(s[0].delayed, 2);
+    assert_int_equal(s[0].pending, 2);
+
+    /* by the caller */
+    assert_true(tw_op_force_complete(op[1]));
+    assert_int_equal(s[1].calls, 1);
+    assert_int_equal(s[1].delayed, 1);
+    assert_int_equal(s[1].pending, 1);
+
+    /* by its timeout */
+    assert_int_equal(tw_advance(t, 2 * SEC), 0); /* the others' went with them */
+    assert_int_equal(tw_advance(t, 3 * SEC), 1);
+    assert_int_equal(s[2].calls, 1);
+    assert_int_equal(s[2].delayed, 0);
+    assert_int_equal(s[2].pending, 0);
+    assert_int_equal(s[2].r.expired, 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(s[i].r.completed, 1);
+        tw_op_release(op[i]);
+    }
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 static void test_expiry_without_on_expire(void **state)
 {
     (void)state;
@@ -2145,6 +2214,7 @@ int main(void)
         cmocka_unit_test(test_submit_completed_op),
         cmocka_unit_test(test_no_keys),
         cmocka_unit_test(test_request_expiry),
+        cmocka_unit_test(test_timeout_cancelled_before_on_complete),
         cmocka_unit_test(test_long_timeout_and_key),
         cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
