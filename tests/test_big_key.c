@@ -1,6 +1,7 @@
 /* test_big_key.c: keys of more than 2 GiB, which the API accepts (up to
  * UINT32_MAX bytes) and a keyed task's record holds as a uint32_t length;
- * and a key of UINT32_MAX bytes, the longest.
+ * a key of UINT32_MAX bytes, the longest; and a purgatory's watch key
+ * past 4 GiB (its keys have no bound but size_t's).
  *
  * A length past 2^31 is where a signed type would go wrong: read back
  * as negative, or widened with its sign, it would no longer equal the
@@ -19,8 +20,10 @@
  * (its shadow of 2 GiB and its pace: the valgrind setup leaves the `big`
  * suite out), and ThreadSanitizer (the test starts no thread, and each
  * hash of the key took it half a minute, 3 minutes in all). The longest
- * key's test also skips itself below 10 GiB available. */
+ * key's test and the purgatory's also skip themselves below 10 GiB
+ * available. */
 #include "helpers.h"
+#include "twheel_purgatory.h"
 
 #include <sys/mman.h>
 
@@ -52,15 +55,15 @@ static uint64_t mem_available(void)
     return (uint64_t)kb * 1024;
 }
 
-/* UINT32_MAX + 4096 bytes (both tests' keys and a byte past the longest),
- * zero but where a test sets a byte, which it puts back */
+/* 2^32 + 4096 bytes (every test's key: the purgatory's, past 4 GiB, is
+ * the longest), zero but where a test sets a byte, which it puts back */
 static unsigned char *big_key;
 static size_t big_map_len;
 
 static int setup(void **state)
 {
     (void)state;
-    big_map_len = (size_t)UINT32_MAX + 4096;
+    big_map_len = (size_t)UINT32_MAX + 4097; /* 2^32 + 4096 */
     void *p = mmap(NULL, big_map_len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
@@ -193,6 +196,94 @@ static void test_key_of_uint32_max_bytes(void **state)
     finish(t, len);
 }
 
+/* A purgatory's watch key past 4 GiB (2^32 + 5 bytes): the purgatory's
+ * keys have no bound of their own (size_t all the way), so a length cut
+ * to 32 bits anywhere (5 here) would find the ops under the key's first
+ * 5 bytes, or lose them under the whole key. Two ops watch the key; the
+ * key with its last byte changed, or cut to 5 bytes, finds neither; an
+ * event on the whole key completes the one that is ready, once, and
+ * tw_purgatory_cancel_key by the whole key (not by 5 bytes) hands the
+ * other over. Skipped below 10 GiB available: the purgatory's copy of the
+ * key is 4 GiB resident. */
+struct big_op {
+    int ready, completed, handed;
+};
+
+static bool big_try(tw_op *op)
+{
+    struct big_op *b = tw_op_ctx(op);
+    return b->ready && tw_op_force_complete(op);
+}
+
+static void big_complete(tw_op *op)
+{
+    struct big_op *b = tw_op_ctx(op);
+    b->completed++;
+}
+
+static void big_handed(tw_op *op, void *arg)
+{
+    struct big_op *b = tw_op_ctx(op);
+    (void)arg;
+    b->handed++;
+}
+
+static void test_purgatory_key_past_4_gib(void **state)
+{
+    (void)state;
+    if (mem_available() < (10ull << 30)) {
+        printf("skipped: less than 10 GiB available\n");
+        skip();
+    }
+    const size_t len = (size_t)UINT32_MAX + 6; /* 2^32 + 5 */
+    big_key[len - 1] = 'p';
+
+    static const struct tw_op_ops ops = { big_try, big_complete, NULL };
+    struct fake_clock c;
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&c, 0, MS, 64);
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    struct big_op b[2] = { { 0 }, { 0 } };
+    tw_op *op[2];
+    struct tw_key k = { big_key, len };
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(tw_op_create(p, &ops, &b[i], 10 * SEC, &op[i]), 0);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k, 1), 0);
+    }
+    assert_int_equal(tw_purgatory_watched(p), 2);
+
+    /* the length cut to 32 bits, and the key with its last byte changed,
+     * are other keys: nothing under them, nothing tried */
+    b[0].ready = 1;
+    assert_int_equal(tw_purgatory_check_and_complete(p, big_key, len & UINT32_MAX), 0);
+    big_key[len - 1] = 'q';
+    assert_int_equal(tw_purgatory_check_and_complete(p, big_key, len), 0);
+    big_key[len - 1] = 'p';
+    assert_int_equal(b[0].completed, 0);
+    assert_int_equal(tw_purgatory_watched(p), 2);
+
+    /* the key itself: the ready op completes, once, and leaves the list */
+    assert_int_equal(tw_purgatory_check_and_complete(p, big_key, len), 1);
+    assert_int_equal(b[0].completed, 1);
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    assert_int_equal(tw_purgatory_delayed(p), 1);
+
+    /* the other is handed over by the whole key, not by its first bytes */
+    assert_int_equal(tw_purgatory_cancel_key(p, big_key, len & UINT32_MAX, big_handed, NULL), 0);
+    assert_int_equal(tw_purgatory_cancel_key(p, big_key, len, big_handed, NULL), 1);
+    assert_int_equal(b[1].handed, 1);
+    assert_int_equal(b[1].completed, 0);
+    assert_int_equal(b[0].handed, 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    for (int i = 0; i < 2; i++)
+        tw_op_release(op[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
+    big_key[len - 1] = 0;
+}
+
 int main(void)
 {
     const char *why = UNDER_TSAN ? "ThreadSanitizer"
@@ -206,6 +297,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_past_2_gib),
         cmocka_unit_test(test_key_of_uint32_max_bytes),
+        cmocka_unit_test(test_purgatory_key_past_4_gib),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
