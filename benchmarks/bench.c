@@ -774,8 +774,10 @@ static int w2_child(const char *name, size_t n, int warm)
 static int w2_in_child(const struct backend_ops *ops, size_t n, int warm, struct w2_out *o)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --w2-child %s %zu %d %d", self_exe, ops->name, n, warm,
-             cfg.quick); /* --quick's shorter span (w2_span) */
+    /* --quick's shorter span (w2_span), and --huge-pages: a child is a
+     * new process, and knows only what its command line says */
+    snprintf(cmd, sizeof cmd, "'%s' --w2-child %s %zu %d %d %d", self_exe, ops->name, n, warm,
+             cfg.quick, bench_huge_pages);
     fflush(stdout);
     FILE *pf = popen(cmd, "r");
     int ok = 0;
@@ -1355,7 +1357,8 @@ static void run_w4(void)
         /* a fresh process (exec, not just fork): freed memory this
          * process still holds would otherwise be reused unseen */
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "'%s' --w4-child %s %zu", self_exe, ops->name, n);
+        snprintf(cmd, sizeof cmd, "'%s' --w4-child %s %zu %d", self_exe, ops->name, n,
+                 bench_huge_pages);
         double res[4] = { 0, 0, 0, -1 };
         fflush(stdout);
         FILE *pf = popen(cmd, "r");
@@ -1719,10 +1722,13 @@ int main(int argc, char **argv)
 {
     ssize_t len = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe[len > 0 ? len : 0] = 0;
-    if (argc == 4 && !strcmp(argv[1], "--w4-child"))
+    if (argc == 5 && !strcmp(argv[1], "--w4-child")) {
+        bench_huge_pages = atoi(argv[4]) != 0;
         return w4_child(argv[2], (size_t)atol(argv[3]));
-    if (argc == 6 && !strcmp(argv[1], "--w2-child")) {
+    }
+    if (argc == 7 && !strcmp(argv[1], "--w2-child")) {
         cfg.quick = atoi(argv[5]) != 0;
+        bench_huge_pages = atoi(argv[6]) != 0;
         return w2_child(argv[2], (size_t)atol(argv[3]), (int)((unsigned)atoi(argv[4]) % 3u));
     }
     for (int k = 1; k < argc; k++) {
