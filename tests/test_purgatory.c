@@ -377,8 +377,6 @@ static void test_long_timeout_and_key(void **state)
     free(other);
 }
 
-/* on_expire may be NULL: an op whose timeout fires is completed (its
- * on_complete runs once) and nothing else is called. */
 /* An op's timeout is cancelled before its on_complete runs (the header's
  * order): there, tw_purgatory_delayed no longer counts the op, and its
  * purgatory's timer no longer holds its timeout, whichever way it
@@ -434,7 +432,7 @@ static void test_timeout_cancelled_before_on_complete(void **state)
     assert_int_equal(s[1].pending, 1);
 
     /* by its timeout */
-    assert_int_equal(tw_advance(t, 2 * SEC), 0); /* the others' went with them */
+    assert_int_equal(tw_advance(t, 2 * SEC), 0); /* the first two's were cancelled */
     assert_int_equal(tw_advance(t, 3 * SEC), 1);
     assert_int_equal(s[2].calls, 1);
     assert_int_equal(s[2].delayed, 0);
@@ -448,6 +446,8 @@ static void test_timeout_cancelled_before_on_complete(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* on_expire may be NULL: an op whose timeout fires is completed (its
+ * on_complete runs once) and nothing else is called. */
 static void test_expiry_without_on_expire(void **state)
 {
     (void)state;
