@@ -167,7 +167,7 @@ struct tw_options {
                                      MADV_HUGEPAGE; nothing where THP
                                      is "never", on a 32-bit target or
                                      with a user's allocator). A trade
-                                     (README, "Options"): one fault a
+                                     (README, "Memory"): one fault a
                                      2 MiB instead of 512, but each
                                      huge page comes in one lump,
                                      inside one tw_schedule, of ~0.1
