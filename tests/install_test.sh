@@ -73,6 +73,30 @@ else
     echo "no $other: the static link by the other compiler is skipped"
   fi
 fi
+# a CMake project finds it the way CMake reads a .pc file
+# (FindPkgConfig's imported target), with the same environment
+if command -v cmake >/dev/null 2>&1; then
+  mkdir "$tmp/cmake-src"
+  cp "$src" "$tmp/cmake-src/consumer.c"
+  cat > "$tmp/cmake-src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.13)
+project(consumer C)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(TWHEEL REQUIRED IMPORTED_TARGET twheel)
+add_executable(consumer consumer.c)
+set_property(TARGET consumer PROPERTY C_STANDARD 11)
+target_compile_options(consumer PRIVATE -Wall -Wextra -pedantic -Werror)
+target_link_libraries(consumer PRIVATE PkgConfig::TWHEEL)
+CMAKE
+  CC="${CC:-cc}" cmake -S "$tmp/cmake-src" -B "$tmp/cmake-build" > "$tmp/cmake.log" 2>&1 &&
+    cmake --build "$tmp/cmake-build" >> "$tmp/cmake.log" 2>&1 ||
+    { cat "$tmp/cmake.log"; echo "the CMake project did not build"; exit 1; }
+  LD_LIBRARY_PATH="$libdir" "$tmp/cmake-build/consumer" | grep -q "a threaded timer fired 1" ||
+    { echo "the program CMake built failed"; exit 1; }
+  echo "ok: a CMake project links it through pkg_check_modules(... IMPORTED_TARGET twheel)"
+else
+  echo "no cmake: the CMake project is skipped"
+fi
 # pkg-config, the headers and the library agree on the version
 echo "$out" | grep -qx "consumer: version $(pkg-config --modversion twheel)" ||
   { echo "version differs from pkg-config's $(pkg-config --modversion twheel)"; exit 1; }
