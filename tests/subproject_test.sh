@@ -22,11 +22,11 @@ tws = dependency('twheel', version: '== $version', static: true, fallback: 'twhe
 executable('consumer', 'consumer.c', dependencies: tw)
 executable('consumer-static', 'consumer.c', dependencies: tws)
 MESON
-# --force-fallback-for: an installed twheel must not answer instead
+# --force-fallback-for: an installed twheel must not answer instead. A
+# subproject that does not answer dependency('twheel'), or at another
+# version, fails this setup (both required).
 "$meson" setup "$tmp/build" "$tmp/parent" --force-fallback-for=twheel > "$tmp/setup.log" 2>&1 ||
   { cat "$tmp/setup.log"; exit 1; }
-grep -q "Dependency twheel found: YES $version (overridden)" "$tmp/setup.log" ||
-  { cat "$tmp/setup.log"; echo "dependency('twheel') was not answered by the subproject"; exit 1; }
 "$meson" compile -C "$tmp/build" > "$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
 for prog in consumer consumer-static; do
   out=$("$tmp/build/$prog")
