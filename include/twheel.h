@@ -77,7 +77,10 @@ typedef void (*tw_fn)(tw_timer *t, tw_id id, void *arg);
  * copying). free is never given NULL. The functions may be
  * called with the timer's (or the purgatory's) internal locks held: they
  * must not call back into the same timer or purgatory, where a call that
- * takes a lock already held deadlocks. */
+ * takes a lock already held deadlocks. Threaded, they are called from
+ * any thread that calls into the timer, and from the driver or a worker
+ * when a periodic task re-arms (see tw_schedule_every): they must be
+ * thread-safe. */
 struct tw_allocator {
     void *(*alloc)(void *ctx, size_t size);
     void (*free)(void *ctx, void *p);
@@ -287,7 +290,14 @@ TW_API int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn,
  * end of time; a firing at the end of time is the task's last (no later
  * instant exists), and the task then leaves as a one-shot task does,
  * unless its callback rescheduled it. Returns 0, -EINVAL (period 0, flags
- * not exactly one of the two), or the errors of tw_schedule. */
+ * not exactly one of the two), or the errors of tw_schedule.
+ * Threaded, a callback that returns long after its deadline (the driver
+ * has not advanced the timer since) re-arms the task further out than
+ * the levels made so far may reach: the level it needs is made then, on
+ * the thread that ran the callback. Without memory for it the task still
+ * fires at its next deadline, never before, at the cost of a driver
+ * wake-up, until then, about once per span of the highest level made
+ * (src/wheel.c, "Re-arming a periodic task"). */
 TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
                              uint64_t period_ns, int flags, tw_fn fn,
                              void *arg, tw_id *id);

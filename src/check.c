@@ -137,8 +137,10 @@ static void check_placed(struct ctx *c, struct tw__engine *e, uint32_t i, void *
      * later"): only the bucket's start binds it. Collection looks at each
      * task's tick before it fires it, so that is what keeps it from firing
      * early. Other tasks are always moved, and sit in the bucket that
-     * holds their tick. */
-    int pushed = !tw__is_extra(en);
+     * holds their tick, but for a periodic task once held short of a
+     * tick past every level made (tw__wheel_place), whose bucket, too,
+     * binds it only by its start. */
+    int pushed = !tw__is_extra(en) || ((struct tw__extra *)en->arg)->held;
     if (p->level == 0) {
         if (dt > p->exp && !pushed)
             FAIL(c, "slot %u: due tick %llu in level-0 bucket of tick %llu", i,

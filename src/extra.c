@@ -29,6 +29,14 @@ struct tw__extra *tw__extra_get(struct tw__engine *e)
     return x;
 }
 
+void tw__wheel_hold(struct tw__entry *en)
+{
+    /* only a periodic task's re-arm gets here (wheel.c, "Re-arming a
+     * periodic task"); a plain entry would have nowhere to keep the mark */
+    if (tw__is_extra(en))
+        ((struct tw__extra *)en->arg)->held = 1;
+}
+
 static void key_release(struct tw__engine *e, struct tw__extra *x)
 {
     if (x->key && x->key != x->inline_key)

@@ -37,6 +37,7 @@ struct tw__extra {
     uint32_t slot;
     uint8_t flags;       /* TW_FIXED_RATE / TW_FIXED_DELAY */
     uint8_t state;
+    uint8_t held;        /* once placed short of its tick (tw__wheel_hold) */
     unsigned char inline_key[TW__INLINE_KEY];
 };
 

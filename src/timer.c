@@ -888,9 +888,21 @@ void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
         return;
     }
     x->state = TW__X_IDLE;
+    uint64_t dt = tw__ticks_ceil(e, next);
+    /* Manual mode counts `now` from the engine's time, and the level
+     * reserved for the period (tw__wheel_reserve_period) holds the next
+     * deadline. Threaded, `now` is the clock when the callback returned,
+     * which runs ahead of the engine's time by as long as the driver has
+     * not advanced this shard since it took the task: a long callback, or
+     * workers that fell behind. No reserve made in advance can cover that
+     * lag, so the level is made here, as a schedule's would be; placed in
+     * a level not made, the task was lost (never fired, never handed
+     * back). Without memory for it, tw__wheel_place holds the task at the
+     * farthest tick the levels reach and collection moves it on. */
+    (void)tw__wheel_reserve_level(e, dt);
+    en = tw__pool_entry(&e->pool, j->slot); /* a new level moves the pool */
     en->deadline = next;
-    /* no allocation: tw__wheel_reserve_period / reserve_level made sure */
-    tw__wheel_place(e, j->slot, en, tw__ticks_ceil(e, next));
+    tw__wheel_place(e, j->slot, en, dt);
 }
 
 static int run_manual(tw_timer *t, struct tw__engine *e, uint64_t now)

@@ -167,6 +167,23 @@
  * then allows a plain task past its bucket's end; and ~6 instructions per
  * task fired, to read its tick. twheel-bench W6 (idle timeouts), A/B
  * against moving at each push: see benchmarks/results/history.md.
+ *
+ * Re-arming a periodic task. At tw_schedule_every the level its period
+ * needs is made (tw__wheel_reserve_period), so that re-arming from the
+ * engine's time never allocates: manual mode re-arms from there. Threaded,
+ * a task re-arms from the clock read when its callback returns, and the
+ * engine's time is the driver's last pass over the shard, which may be
+ * far behind (a long callback, or workers that fell behind, leave the
+ * driver waiting): the distance is the lag plus a period, and no reserve
+ * made in advance covers the lag. So the re-arm makes the level it needs
+ * then (tw__finish_periodic, under the shard lock, as a schedule would);
+ * until 2026-11-29 it placed the task in a level never made, and the
+ * task was lost. Without memory for it, tw__wheel_place holds the task
+ * in the last bucket the levels reach, before its tick, and collection
+ * moves it on each time that bucket comes due, until a level made holds
+ * it: never early, and nothing lost, at a bucket pop (threaded, a
+ * wake-up) a move; tw_check allows a task past its bucket's end at the
+ * top level made.
  */
 #include <errno.h>
 #include <string.h>

@@ -365,11 +365,27 @@ TW__HOT void tw__wheel_place_at(struct tw__engine *e, uint32_t i,
         tw__wheel_queue_bucket(e, bn, tw__wheel_bucket_exp(e, dt, k));
 }
 
-/* Places entry i, due at tick dt (or now, if dt is already due). */
+/* Marks a task placed short of its tick (below): only a periodic task's
+ * re-arm without memory for its level does that, and tw_check then lets
+ * its bucket bind it by its start alone. */
+void tw__wheel_hold(struct tw__entry *en);
+
+/* Places entry i, due at tick dt (or now, if dt is already due). A tick
+ * past every level made (a periodic task re-armed without memory for the
+ * level it needs: tw__finish_periodic) is held at the last tick the top
+ * level reaches: that bucket comes due before the task, and collection,
+ * which looks at each task's own tick, moves it on from there. Never
+ * early; it costs a bucket pop (a wake-up, threaded) per move. */
 TW__HOT void tw__wheel_place(struct tw__engine *e, uint32_t i,
                              struct tw__entry *en, uint64_t dt)
 {
-    tw__wheel_place_at(e, i, en, dt, dt <= e->cur ? 0 : tw__level_for(e, dt));
+    uint32_t k = dt <= e->cur ? 0 : tw__level_for(e, dt);
+    if (__builtin_expect(k >= e->nlevels, 0)) {
+        k = e->nlevels - 1;
+        dt = e->lv[k].last;
+        tw__wheel_hold(en);
+    }
+    tw__wheel_place_at(e, i, en, dt, k);
 }
 
 /* Moves every task due by tick `target` onto the expired list, cascading

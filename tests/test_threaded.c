@@ -754,6 +754,128 @@ static void test_periodic_rearm_on_worker_wakes_driver(void **state)
     }
 }
 
+/* A periodic task whose callback moves the clock on while it runs, as a
+ * long callback does: by `jump` at its first run, and then, with starve,
+ * every allocation fails from there on. */
+struct jump_rec {
+    struct atomic_clock *c;
+    uint64_t jump;
+    struct count_alloc *starve;
+    _Atomic int ran, handed;
+};
+
+static void jump_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct jump_rec *r = arg;
+    if (atomic_load(&r->ran) == 0) {
+        atomic_fetch_add(&r->c->now, r->jump);
+        if (r->starve)
+            r->starve->fail_above = 1;
+    }
+    atomic_fetch_add(&r->ran, 1);
+}
+
+static void jump_handed_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    atomic_fetch_add(&((struct jump_rec *)arg)->handed, 1);
+}
+
+/* Waits (up to 60 s) until task id has run `ran` times and is re-armed;
+ * returns its next deadline. */
+static uint64_t await_rearm(tw_timer *t, tw_id id, struct jump_rec *r, int ran)
+{
+    uint64_t d = 0;
+    int rc = -EBUSY;
+    for (int ms = 0; ms < 60000; ms++) {
+        if (atomic_load(&r->ran) >= ran && (rc = tw_deadline(t, id, &d)) != -EBUSY)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(atomic_load(&r->ran), ran);
+    assert_int_equal(rc, 0); /* re-armed: still pending */
+    return d;
+}
+
+static void rearm_after_jump(uint32_t workers, int flags, uint64_t jump, struct count_alloc *a)
+{
+    struct atomic_clock c;
+    tw_timer *t = a ? bounded_fake(&c, workers, 1, 0, a) : mk_fake(&c, workers);
+    uint64_t base = atomic_load(&c.now);
+    struct jump_rec r = { &c, jump, a, 0, 0 };
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, MS, MS, flags, jump_fn, &r, &id), 0);
+    atomic_store(&c.now, base + MS);
+    assert_int_equal(tw_wake(t), 0);
+    /* both kinds re-arm at the first period after the return here (a
+     * fixed rate skips the periods the callback missed) */
+    uint64_t d = await_rearm(t, id, &r, 1);
+    assert_int_equal(d, base + MS + jump + MS);
+    assert_int_equal(tw_pending(t), 1);
+    assert_check(t);
+    /* never early: a tick before its deadline the driver takes nothing
+     * (the task is still idle once the pass is over); at it, it fires */
+    atomic_store(&c.now, d - MS);
+    assert_int_equal(tw_wake(t), 0);
+    uint64_t d2 = 0;
+    assert_int_equal(tw_deadline(t, id, &d2), 0);
+    assert_int_equal(d2, d);
+    assert_int_equal(atomic_load(&r.ran), 1);
+    atomic_store(&c.now, d);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(await_rearm(t, id, &r, 2), d + MS);
+    assert_check(t);
+    if (a)
+        a->fail_above = 0;
+    /* not lost: tw_stop hands it back */
+    assert_int_equal(tw_stop(t, jump_handed_fn, NULL), 1);
+    assert_int_equal(atomic_load(&r.handed), 1);
+    assert_int_equal(atomic_load(&r.ran), 2);
+    tw_destroy(t);
+    if (a)
+        assert_int_equal(a->live, 0);
+}
+
+/* A periodic task's callback that returns long after the driver took it
+ * (the clock moves on while it runs) re-arms it from the clock at the
+ * return, far past the engine's time, which the driver has not advanced
+ * since it took the task: further than the levels its period reserved
+ * reach. The level it needs is made then, as a schedule's would be.
+ * Until 2026-11-29 the task was placed in a level never made: it did not
+ * fire again, tw_stop did not hand it back, tw_pending still counted it,
+ * and a crash could follow (a ThreadSanitizer soak of the stress test,
+ * whose slow callbacks let the engine's time fall behind, found it).
+ * On the driver and on a worker, at a fixed rate and with a fixed delay,
+ * 1 s (level 1) and 10 days (level 4) late. */
+static void test_periodic_rearm_after_long_callback(void **state)
+{
+    (void)state;
+    for (uint32_t workers = 0; workers <= 2; workers += 2)
+        for (int flags = TW_FIXED_RATE; flags <= TW_FIXED_DELAY; flags++) {
+            rearm_after_jump(workers, flags, SEC, NULL);
+            rearm_after_jump(workers, flags, 10 * 86400 * SEC, NULL);
+        }
+}
+
+/* The same with no memory for the level the re-arm needs: the task is
+ * held in the last bucket the levels reach, and moved on each time that
+ * bucket comes due (here ~16 times in the driver's pass to its deadline
+ * 1 s on, level 0 reaching 128 ms), and still fires at its deadline,
+ * never before, and is handed back by tw_stop: nothing is lost, and
+ * nothing leaks. On the driver (whose thread the callback starves). */
+static void test_periodic_rearm_without_memory(void **state)
+{
+    (void)state;
+    for (int flags = TW_FIXED_RATE; flags <= TW_FIXED_DELAY; flags++) {
+        struct count_alloc a = { 0 };
+        rearm_after_jump(0, flags, SEC, &a);
+        assert_true(a.failed > 0); /* the level was asked for, and refused */
+    }
+}
+
 /* A periodic task cancelled after the driver took it, before its callback
  * ran: tw_cancel returns 0, a drain meanwhile does not hand it back, and
  * the callback does not run, now or later. */
@@ -2012,6 +2134,8 @@ int main(void)
         cmocka_unit_test(test_stop_hands_back_past_16_bits),
         cmocka_unit_test(test_stop_from_callback),
         cmocka_unit_test(test_periodic_rearm_on_worker_wakes_driver),
+        cmocka_unit_test(test_periodic_rearm_after_long_callback),
+        cmocka_unit_test(test_periodic_rearm_without_memory),
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
