@@ -182,8 +182,8 @@
  * in the last bucket the levels reach, before its tick, and collection
  * moves it on each time that bucket comes due, until a level made holds
  * it: never early, and nothing lost, at a bucket pop (threaded, a
- * wake-up) a move; tw_check allows a task past its bucket's end at the
- * top level made.
+ * wake-up) a move; the task is marked (tw__wheel_hold), and tw_check
+ * lets a marked task's bucket bind it by its start alone.
  */
 #include <errno.h>
 #include <string.h>
