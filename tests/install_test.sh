@@ -103,3 +103,10 @@ echo "$out" | grep -qx "consumer: version $(pkg-config --modversion twheel)" ||
 # the SONAME is versioned
 readelf -d "$libdir/libtwheel.so" | grep -q 'SONAME.*libtwheel\.so\.1'
 echo "ok: installed, found by pkg-config, SONAME libtwheel.so.1"
+# with symbol versions (src/twheel.map), the program records the one it
+# needs, which the loader checks at start
+if readelf -V "$libdir/libtwheel.so" | grep -q 'Version definition'; then
+  need=$(readelf -W --dyn-syms "$tmp/consumer" | grep -o 'tw_create@TWHEEL_[0-9.]*' | head -n 1)
+  [ -n "$need" ] || { echo "the program binds tw_create at no version"; exit 1; }
+  echo "ok: the program binds $need"
+fi
