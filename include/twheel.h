@@ -297,7 +297,9 @@ TW_API int tw_schedule_at(tw_timer *t, uint64_t deadline_ns, tw_fn fn,
  * the thread that ran the callback. Without memory for it the task still
  * fires at its next deadline, never before, at the cost of a driver
  * wake-up, until then, about once per span of the highest level made
- * (src/wheel.c, "Re-arming a periodic task"). */
+ * as time goes by (a pass that catches up on a long stretch at once
+ * moves it once, not once per span: src/wheel.c, "Re-arming a periodic
+ * task"). */
 TW_API int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns,
                              uint64_t period_ns, int flags, tw_fn fn,
                              void *arg, tw_id *id);

@@ -183,7 +183,15 @@
  * moves it on each time that bucket comes due, until a level made holds
  * it: never early, and nothing lost, at a bucket pop (threaded, a
  * wake-up) a move; the task is marked (tw__wheel_hold), and tw_check
- * lets a marked task's bucket bind it by its start alone.
+ * lets a marked task's bucket bind it by its start alone. A collection
+ * that meets a held task sets it aside rather than holding it again one
+ * span on, and puts it back when the current tick reaches it (the tick
+ * moves there: no bucket lies before it) or at the collection's end:
+ * moved on one span at a time, a pass catching up on a long lag popped
+ * its bucket once per span (with 1 ns ticks and one level of 2 slots, a
+ * 2^52 ns lag was 2^50 pops, under the shard lock: found 2026-11-29 by
+ * the model once its callbacks moved the clock). So a move per
+ * collection, at most: per pass, threaded.
  */
 #include <errno.h>
 #include <string.h>
@@ -375,7 +383,55 @@ static inline void prefetch_entry(const struct tw__engine *e, uint32_t r)
  * A walk that prefetched only the first line waited for the second's
  * miss on its own: ~35 ns more per timer in W2, in real time, where the
  * entries have left the cache since they were placed. */
-static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
+/* The tasks a collection set aside because no level made reaches their
+ * tick from the current one (see "Re-arming a periodic task" above):
+ * chained through their `next` links, in the order met, with the
+ * earliest tick among them. Only tw__wheel_collect has one, and it is
+ * empty again when that returns. */
+struct parked {
+    uint32_t head, tail; /* refs; TW__NIL when empty */
+    uint64_t min;        /* the earliest tick of the chain */
+};
+
+static void park(struct tw__engine *e, struct parked *pk, uint32_t r,
+                 struct tw__entry *en, uint64_t dt)
+{
+    en->link.next = TW__NIL;
+    if (pk->head == TW__NIL)
+        pk->head = r;
+    else
+        tw__ref_entry(&e->pool, pk->tail)->link.next = r;
+    pk->tail = r;
+    if (dt < pk->min)
+        pk->min = dt;
+}
+
+/* Places every parked task that a level made now reaches (at least the
+ * earliest, once the current tick is its own), in the order parked; with
+ * `all`, the rest too, each held short of its tick (tw__wheel_place), as
+ * it was before collection met it. */
+static void unpark(struct tw__engine *e, struct parked *pk, int all)
+{
+    uint32_t r = pk->head;
+    pk->head = pk->tail = TW__NIL;
+    pk->min = UINT64_MAX;
+    while (r != TW__NIL) {
+        struct tw__entry *en = tw__ref_entry(&e->pool, r);
+        uint32_t next = en->link.next, i = tw__ref_slot(r);
+        uint64_t dt = tw__ticks_ceil(e, en->deadline);
+        uint32_t k = dt <= e->cur ? 0 : tw__level_for(e, dt);
+        if (k < e->nlevels)
+            tw__wheel_place_at(e, i, en, dt, k);
+        else if (all)
+            tw__wheel_place(e, i, en, dt);
+        else
+            park(e, pk, r, en, dt);
+        r = next;
+    }
+}
+
+static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade,
+                         struct parked *pk)
 {
     struct tw__bucket *b = tw__bucket_at(e, bn);
     uint32_t cursor[TW__SUBS], live = 0;
@@ -407,10 +463,14 @@ static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade)
             if (dt <= e->cur) {
                 tw__list_append(e, TW__EXPIRED_SENT, i, en);
                 e->cascaded += (uint64_t)cascade;
-            } else {
-                tw__wheel_place(e, i, en, dt);
-                e->cascaded++;
+                continue;
             }
+            uint32_t k = tw__level_for(e, dt);
+            if (__builtin_expect(k < e->nlevels, 1))
+                tw__wheel_place_at(e, i, en, dt, k);
+            else /* a held task, past every level made: set aside */
+                park(e, pk, r, en, dt);
+            e->cascaded++;
         }
     }
 }
@@ -419,8 +479,25 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
 {
     tw__engine_settle(e);
     uint64_t pops = 0;
-    const struct tw__dq_node *top;
-    while ((top = tw__dq_min(&e->dq)) && top->exp <= target) {
+    struct parked pk = { TW__NIL, TW__NIL, UINT64_MAX };
+    for (;;) {
+        const struct tw__dq_node *top = tw__dq_min(&e->dq);
+        /* A held task due before the next bucket: the current tick moves
+         * to its tick (no bucket lies before it), where it is placed,
+         * due, and popped in its turn: in order, never early. Put back
+         * into the wheel at each bucket instead, it would be held again
+         * one top-level span on, and a collection far behind its target
+         * (a driver catching up after a long callback) would pop and move
+         * it once per span all the way there: 2^50 times, for a 2^52 ns
+         * lag over one 2-slot level of 1 ns ticks (test_model found the
+         * spin). */
+        if (pk.head != TW__NIL && pk.min <= target && (!top || pk.min < top->exp)) {
+            tw__wheel_set_cur(e, pk.min);
+            unpark(e, &pk, 0);
+            continue;
+        }
+        if (!top || top->exp > target)
+            break;
         uint64_t exp = top->exp;
         uint32_t bn = top->bn;
         tw__dq_remove(&e->dq, 0);
@@ -428,9 +505,13 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
         /* Re-insertion is relative to the bucket's own time, which is what
          * demotes its tasks by one level at least. */
         tw__wheel_set_cur(e, exp);
-        empty_bucket(e, bn, bn > e->smask);
+        empty_bucket(e, bn, bn > e->smask, &pk);
     }
     tw__wheel_set_cur(e, target);
+    /* what is due after the target goes back, held once more if no level
+     * made reaches it yet: one move per collection */
+    if (pk.head != TW__NIL)
+        unpark(e, &pk, 1);
     e->bucket_pops += pops;
     return pops;
 }

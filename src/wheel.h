@@ -390,7 +390,9 @@ TW__HOT void tw__wheel_place(struct tw__engine *e, uint32_t i,
 
 /* Moves every task due by tick `target` onto the expired list, cascading
  * coarse buckets on the way, and sets the current tick to target (never
- * backwards). Allocates nothing. Returns the number of buckets popped. */
+ * backwards). A held task (tw__wheel_place) is set aside until the tick
+ * reaches its own, not held again span by span: it moves once a call.
+ * Allocates nothing. Returns the number of buckets popped. */
 uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target);
 
 /* After an advance that popped a bucket: moves up to TW__SPREAD tasks per
