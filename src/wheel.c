@@ -509,7 +509,9 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
     }
     tw__wheel_set_cur(e, target);
     /* what is due after the target goes back, held once more if no level
-     * made reaches it yet: one move per collection */
+     * made reaches it yet: one move per collection. (A re-arm's task
+     * fits by now, its period's level made, unless the clock went back
+     * since its re-arm: test_held_task_clock_back.) */
     if (pk.head != TW__NIL)
         unpark(e, &pk, 1);
     e->bucket_pops += pops;

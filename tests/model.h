@@ -697,6 +697,10 @@ static inline void m_clock_jump(struct model *m, uint8_t op)
     m->target = m_target(m, m->now);
     m->seq++;
     m->jumped_in_advance = 1;
+    /* now and then the next allocation fails, so that a re-arm that needs
+     * a level has none, and its task is held short of its tick */
+    if ((op >> 5) & 1)
+        m->fail_in = 1;
     __atomic_store_n(&m->jumped, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&m->clock_value, m->now, __ATOMIC_RELEASE);
 }

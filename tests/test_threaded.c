@@ -893,6 +893,156 @@ static void test_periodic_rearm_without_memory(void **state)
     }
 }
 
+/* Two periodic tasks and a one-shot task due at the same tick, taken in
+ * one batch, in the order scheduled (a fresh shard hands out slots in
+ * order, and a bucket's lists are taken in slot order): each callback
+ * moves the clock on 1 s, and the first two starve every allocation from
+ * there, so both periodic tasks are re-armed past level 0, the only level
+ * made, and held in its last bucket. The driver's next pass, at the clock
+ * 3 s on, finds both due (1 s and 2 s on): its collection sets them aside
+ * when their bucket pops, moves the tick to the first one's, then to the
+ * second's, and they fire in that order, in a handful of bucket pops,
+ * where holding them again span by span took one pop a level-0 span. */
+struct order_rec {
+    struct atomic_clock *c;
+    struct count_alloc *starve;
+    _Atomic int ran;
+    _Atomic int seq[2]; /* the order of its first two runs among all */
+};
+
+static _Atomic int order_seq;
+
+static void order_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct order_rec *r = arg;
+    int n = atomic_fetch_add(&r->ran, 1);
+    if (n < 2)
+        atomic_store(&r->seq[n], atomic_fetch_add(&order_seq, 1));
+    if (n == 0) {
+        atomic_fetch_add(&r->c->now, SEC);
+        if (r->starve)
+            r->starve->fail_above = 1;
+    }
+}
+
+static void test_held_tasks_caught_up_in_order(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct atomic_clock c;
+    tw_timer *t = bounded_fake(&c, 0, 1, 0, &a);
+    uint64_t base = atomic_load(&c.now);
+    atomic_store(&order_seq, 0);
+    struct order_rec p1 = { &c, &a, 0, { 0, 0 } }, p2 = { &c, &a, 0, { 0, 0 } };
+    struct order_rec one = { &c, NULL, 0, { 0, 0 } };
+    tw_id id1, id2;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, order_fn, &p1, &id1), 0);
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, order_fn, &p2, &id2), 0);
+    assert_int_equal(tw_schedule(t, MS, order_fn, &one, NULL), 0);
+    struct tw_stats s0, s1;
+    tw_stats(t, &s0);
+    atomic_store(&c.now, base + MS);
+    assert_int_equal(tw_wake(t), 0);
+    /* the driver's own catch-up pass runs both again, and re-arms both */
+    uint64_t d2 = 0;
+    int rc = -EBUSY;
+    for (int ms = 0; ms < 60000; ms++) {
+        if (atomic_load(&p2.ran) >= 2 && (rc = tw_deadline(t, id2, &d2)) != -EBUSY)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(tw_wake(t), 0); /* nothing more is due */
+    assert_int_equal(atomic_load(&c.now), base + MS + 3 * SEC);
+    assert_int_equal(atomic_load(&one.ran), 1);
+    assert_int_equal(atomic_load(&p1.ran), 2);
+    assert_int_equal(atomic_load(&p2.ran), 2);
+    /* first runs in the batch's order, then the held ones by deadline */
+    assert_int_equal(atomic_load(&p1.seq[0]), 0);
+    assert_int_equal(atomic_load(&p2.seq[0]), 1);
+    assert_int_equal(atomic_load(&one.seq[0]), 2);
+    assert_int_equal(atomic_load(&p1.seq[1]), 3);
+    assert_int_equal(atomic_load(&p2.seq[1]), 4);
+    /* re-armed from the clock at their return, both a period on */
+    uint64_t d1 = 0;
+    assert_int_equal(tw_deadline(t, id1, &d1), 0);
+    assert_int_equal(d1, base + MS + 3 * SEC + MS);
+    assert_int_equal(d2, base + MS + 3 * SEC + MS);
+    tw_stats(t, &s1);
+    assert_in_range(s1.bucket_pops - s0.bucket_pops, 1, 6);
+    assert_true(a.failed > 0);
+    assert_check(t);
+    a.fail_above = 0;
+    assert_int_equal(tw_stop(t, NULL, NULL), 2);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
+/* A clock that goes back after a re-arm without memory: the periodic
+ * task, held in level 0's last bucket and re-armed 1 s on, then a
+ * one-shot task in the same batch moves the clock back 500 ms. The
+ * driver's next pass, at that time, pops the held bucket, sets the task
+ * aside, and at its end, where no level made reaches the task yet, holds
+ * it again short of its tick: it stays pending, fires not a tick before
+ * its deadline and at it, and tw_stop hands it back. */
+static void clock_back_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    atomic_fetch_sub(&((struct atomic_clock *)arg)->now, 500 * MS);
+}
+
+static void test_held_task_clock_back(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct atomic_clock c;
+    tw_timer *t = bounded_fake(&c, 0, 1, 0, &a);
+    uint64_t base = atomic_load(&c.now);
+    atomic_store(&order_seq, 0);
+    struct order_rec p = { &c, &a, 0, { 0, 0 } };
+    tw_id id;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, order_fn, &p, &id), 0);
+    assert_int_equal(tw_schedule(t, MS, clock_back_fn, &c, NULL), 0);
+    struct tw_stats s0, s1;
+    tw_stats(t, &s0);
+    atomic_store(&c.now, base + MS);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&c.now), base + MS + SEC - 500 * MS);
+    /* the first pass popped one bucket; the driver's next, at the clock
+     * moved back, pops the held one (it wakes for it on its own) */
+    for (int ms = 0; ms < 60000; ms++) {
+        tw_stats(t, &s1);
+        if (s1.bucket_pops - s0.bucket_pops >= 2)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(tw_wake(t), 0);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.bucket_pops - s0.bucket_pops, 2);
+    uint64_t d = 0, want = base + MS + SEC + MS;
+    assert_int_equal(tw_deadline(t, id, &d), 0);
+    assert_int_equal(d, want);
+    assert_int_equal(tw_pending(t), 1);
+    assert_true(a.failed > 0);
+    assert_check(t);
+    atomic_store(&c.now, want - MS);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(atomic_load(&p.ran), 1);
+    atomic_store(&c.now, want);
+    assert_int_equal(tw_wake(t), 0);
+    for (int ms = 0; ms < 60000 && atomic_load(&p.ran) < 2; ms++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&p.ran), 2);
+    assert_check(t);
+    a.fail_above = 0;
+    assert_int_equal(tw_stop(t, NULL, NULL), 1);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
 /* A periodic task cancelled after the driver took it, before its callback
  * ran: tw_cancel returns 0, a drain meanwhile does not hand it back, and
  * the callback does not run, now or later. */
@@ -2153,6 +2303,8 @@ int main(void)
         cmocka_unit_test(test_periodic_rearm_on_worker_wakes_driver),
         cmocka_unit_test(test_periodic_rearm_after_long_callback),
         cmocka_unit_test(test_periodic_rearm_without_memory),
+        cmocka_unit_test(test_held_tasks_caught_up_in_order),
+        cmocka_unit_test(test_held_task_clock_back),
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
