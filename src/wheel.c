@@ -370,19 +370,6 @@ static inline void prefetch_entry(const struct tw__engine *e, uint32_t r)
     __builtin_prefetch(p + sizeof(struct tw__entry) - 1);
 }
 
-/* Takes every task out of bucket bn, visiting its lists round-robin with
- * the next entry of each list prefetched, so that the misses of the
- * lists overlap. A task due by the current tick goes to the expired list;
- * any other is placed again relative to the current tick, which demotes
- * it to a finer level. Level-0 tasks are all due, but for one whose
- * deadline tw_reschedule pushed later in place, which is placed anew.
- *
- * Both ends of the next entry are prefetched: a 36-byte entry spans two
- * cache lines at half the positions, and the deadline (read here when
- * cascading) and the callback (read when firing) often lie in the second.
- * A walk that prefetched only the first line waited for the second's
- * miss on its own: ~35 ns more per timer in W2, in real time, where the
- * entries have left the cache since they were placed. */
 /* The tasks a collection set aside because no level made reaches their
  * tick from the current one (see "Re-arming a periodic task" above):
  * chained through their `next` links, in the order met, with the
@@ -430,6 +417,20 @@ static void unpark(struct tw__engine *e, struct parked *pk, int all)
     }
 }
 
+/* Takes every task out of bucket bn, visiting its lists round-robin with
+ * the next entry of each list prefetched, so that the misses of the
+ * lists overlap. A task due by the current tick goes to the expired list;
+ * any other is placed again relative to the current tick, which demotes
+ * it to a finer level (a held task that no level made reaches yet is set
+ * aside on pk instead). Level-0 tasks are all due, but for one whose
+ * deadline tw_reschedule pushed later in place, which is placed anew.
+ *
+ * Both ends of the next entry are prefetched: a 36-byte entry spans two
+ * cache lines at half the positions, and the deadline (read here when
+ * cascading) and the callback (read when firing) often lie in the second.
+ * A walk that prefetched only the first line waited for the second's
+ * miss on its own: ~35 ns more per timer in W2, in real time, where the
+ * entries have left the cache since they were placed. */
 static void empty_bucket(struct tw__engine *e, uint32_t bn, int cascade,
                          struct parked *pk)
 {
@@ -508,8 +509,9 @@ uint64_t tw__wheel_collect(struct tw__engine *e, uint64_t target)
         empty_bucket(e, bn, bn > e->smask, &pk);
     }
     tw__wheel_set_cur(e, target);
-    /* what is due after the target goes back, held once more if no level
-     * made reaches it yet: one move per collection. (A re-arm's task
+    /* the tasks still set aside are due after the target: back into the
+     * wheel, held once more where no level made reaches them yet, one
+     * move per collection. (A re-arm's task
      * fits by now, its period's level made, unless the clock went back
      * since its re-arm: test_held_task_clock_back.) */
     if (pk.head != TW__NIL)
