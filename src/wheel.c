@@ -405,8 +405,10 @@ static void unpark(struct tw__engine *e, struct parked *pk, int all)
     while (r != TW__NIL) {
         struct tw__entry *en = tw__ref_entry(&e->pool, r);
         uint32_t next = en->link.next, i = tw__ref_slot(r);
+        /* dt >= cur: parked past the current tick, which never passes
+         * the earliest parked one (tw__wheel_collect) */
         uint64_t dt = tw__ticks_ceil(e, en->deadline);
-        uint32_t k = dt <= e->cur ? 0 : tw__level_for(e, dt);
+        uint32_t k = tw__level_for(e, dt);
         if (k < e->nlevels)
             tw__wheel_place_at(e, i, en, dt, k);
         else if (all)
