@@ -873,9 +873,10 @@ static void test_periodic_rearm_after_long_callback(void **state)
 /* The same with no memory for the level the re-arm needs: the task is
  * held in the last bucket the levels reach (level 0's, 128 ms on), and
  * still fires at its deadline, never before, and is handed back by
- * tw_stop: nothing is lost, and nothing leaks. The driver's pass to a
- * tick before that deadline pops the held bucket and sets the task aside
- * until the pass's end, where it fits: a few pops. Until 2026-11-29 it
+ * tw_stop: nothing is lost, and nothing leaks. The driver's own pass
+ * right after, at the clock the callback left, pops the held bucket and
+ * sets the task aside until the pass's end, where it fits: a few pops
+ * from the first firing on. Until 2026-11-29 it
  * was moved on one level-0 span at a time, a pop each: ~8 for 1 s, and
  * ~6.75 million, all in that one pass under the shard lock, for 10 days
  * (test_model's threaded runs, once callbacks moved the clock, found the
