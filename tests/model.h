@@ -901,7 +901,10 @@ static inline void m_advance(struct model *m)
         break;
     }
     case 6: to = m_sat_add(m->now, r % (1ull << 52)); break;
-    default: to = m_sat_add(m->now, r); break;
+    /* any scale, each power of two alike: a plain 64-bit jump would reach
+     * the end of time within a few advances, and a run would spend the
+     * rest of its steps there (threaded, firing nothing) */
+    default: to = m_sat_add(m->now, r >> (msrc_u8(m->src) % 64)); break;
     }
     m_advance_to(m, to);
 }
@@ -1007,7 +1010,7 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
     m->tick = ticks[g & 3];
     m->wheel = wheel ? wheel : wheels[(g >> 2) & 3];
     uint64_t start = (g >> 4) & 1 ? msrc_u64(src) : 0;
-    if ((g >> 5) & 1)
+    if ((g >> 5) & 1 && msrc_u8(src) < 64) /* one run in eight: near the end */
         start = UINT64_MAX - (start % (1ull << 40));
     if ((g >> 6) & 1)
         m->max_pending = 1 + msrc_u8(src) % 64;
