@@ -150,6 +150,20 @@ struct model {
     struct mtask tasks[MODEL_MAX_TASKS];
 };
 
+/* What the runs of a test have reached, summed over them, so that the test
+ * can check the seeds still reach the regimes it exists for: steps taken
+ * before the model's clock reached the end of time (where a threaded
+ * timer fires nothing until the last step, and a manual one fires every
+ * task at once), tasks fired there, manual and threaded, and periodic
+ * re-arms refused memory by the driver (each then held short of its
+ * tick: wheel.c, "Re-arming a periodic task"). */
+struct model_totals {
+    unsigned long steps, steps_before_end;
+    unsigned long fired_before_end[2]; /* [threaded] */
+    unsigned long rearms_refused;
+};
+static struct model_totals model_totals;
+
 #define MODEL_FAIL(m, ...)                                                 \
     do {                                                                   \
         fprintf(stderr, "model: step %ld: ", (m)->step);                   \
@@ -225,6 +239,7 @@ static void *model_alloc(void *ctx, size_t size)
         MODEL_FAIL(m, "the driver allocated %zu bytes outside a callback", size);
     if (m->fail_steps || (m->fail_in && --m->fail_in == 0)) {
         m->failures++;
+        model_totals.rearms_refused += rearm;
         return NULL;
     }
     char *p = malloc(size + MODEL_HDR);
@@ -810,6 +825,8 @@ static void m_fire(tw_timer *t, tw_id id, void *arg)
         m->late[m->nlate] = m->now - k->deadline;
     m->nlate++;
     m->fired_now++;
+    if (!m->final && m->now < UINT64_MAX - 1)
+        model_totals.fired_before_end[m->threaded]++;
     m->running = k;
     if (!k->period) { /* a periodic task stays pending until cancelled */
         k->state = M_FIRED;
@@ -1091,6 +1108,8 @@ static inline long model_run(struct msrc *src, long max_steps, unsigned threaded
         }
         if (failing)
             m->fail_steps--;
+        model_totals.steps++;
+        model_totals.steps_before_end += m->now < UINT64_MAX - 1;
         m_verify(m);
     }
     /* the end: everything still pending fires when time runs out */
