@@ -40,7 +40,10 @@
  *       design's floor sits here.
  *
  * Figures are ratios to the heap measured in the same run: these machines
- * are shared and noisy, so only same-run ratios mean much. */
+ * are shared and noisy, so only same-run ratios mean much. For the same
+ * reason W1's, W2's, W5's and W6's runs go in turn, every back end's (in
+ * W5 every thread count's) k-th before any one's (k+1)-th
+ * (medians_in_turn). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -394,26 +397,62 @@ static void print_ratios(const char *workload, const char *metric, uint64_t n,
     }
 }
 
+/* One timed run of a workload on be[i]: its figure. */
+typedef double (*rep_fn)(const struct backend_ops *ops, int i, void *ctx);
+
+/* The median of `reps` runs of `once` on each of the nb back ends be[],
+ * into r, run rep by rep: every back end's k-th run before any back end's
+ * (k+1)-th. These guests share their cores, and a slow spell of the host
+ * can last minutes. Run back end by back end, it falls on the three runs
+ * of whichever back ends run during it, and moves their ratios. Run in
+ * turn, it falls on all back ends alike, and a median drops a spell that
+ * catches one run of each. (In the full run at c120e57, run back end by
+ * back end, the two heaps, the hashed wheel and the intrusive model,
+ * measured after twheel at 10^6, took 1.4 to 1.6 times as long as in the
+ * full run half an hour later, and twheel took the same: 3.78x the heap
+ * there, 2.44x then.) */
+static void medians_in_turn(const struct backend_ops *const *be, int nb, int reps,
+                            const char *label, rep_fn once, void *ctx, struct result *r)
+{
+    double v[NBACKENDS][9];
+    for (int k = 0; k < reps; k++)
+        for (int i = 0; i < nb; i++) {
+            progress("%s %s rep %d...\r", label, be[i]->name, k + 1);
+            v[i][k] = once(be[i], i, ctx);
+        }
+    progress("%60s\r", "");
+    for (int i = 0; i < nb; i++) {
+        r[i].be = be[i]->name;
+        r[i].v = median(v[i], reps);
+    }
+}
+
+struct w1_ctx {
+    const struct w1_input *in;
+    int realistic, read_clock;
+};
+
+static double w1_rep(const struct backend_ops *ops, int i, void *ctx)
+{
+    const struct w1_ctx *c = ctx;
+    (void)i;
+    return w1_once(ops, c->in, c->realistic, c->read_clock);
+}
+
 /* Runs W1 (or W1r) on every selected manual back end: the median of the
  * repetitions, into r. Returns how many back ends ran. */
 static int w1_all(const struct w1_input *in, int realistic, int read_clock, int reps,
                   const char *label, struct result *r)
 {
-    int nr = 0;
-    for (size_t b = 0; b < NBACKENDS; b++) {
-        const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->realtime_only)
-            continue;
-        double v[9];
-        for (int k = 0; k < reps; k++) {
-            progress("%s %s rep %d...\r", label, ops->name, k + 1);
-            v[k] = w1_once(ops, in, realistic, read_clock);
-        }
-        r[nr].be = ops->name;
-        r[nr++].v = median(v, reps);
-    }
-    progress("%60s\r", "");
-    return nr;
+    const struct backend_ops *be[NBACKENDS];
+    int nb = 0;
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
+            !all_backends[b]->realtime_only)
+            be[nb++] = all_backends[b];
+    struct w1_ctx c = { in, realistic, read_clock };
+    medians_in_turn(be, nb, reps, label, w1_rep, &c, r);
+    return nb;
 }
 
 static void run_w1(void)
@@ -815,61 +854,77 @@ static double steal_ms(void)
     return got == 8 && hz > 0 ? (double)v[7] * 1e3 / (double)hz : -1;
 }
 
-/* One W2 row: runs ops `reps` times, each in a child of its own, prints
- * its line, writes its CSV and plot rows. A one-off run on these VMs can
- * be off by half (a burst on the host during the 2 s of firing), so the
- * row is the median of the runs, figure by figure, as W1's are; but the
- * extremes are the worst of all the runs: the largest max lateness and
- * the smallest min (a timer that fired early in any run shows). */
-static double w2_row(const struct backend_ops *ops, size_t n, int warm, int reps, FILE *plot)
-{
-    const char *w = w2_label[warm];
+/* One W2 row: `reps` runs of a back end, each in a child of its own. A
+ * one-off run on these VMs can be off by half (a burst on the host during
+ * the 2 s of firing), so the row is the median of the runs, figure by
+ * figure, as W1's are; but the extremes are the worst of all the runs: the
+ * largest max lateness and the smallest min (a timer that fired early in
+ * any run shows). The rows' runs go in turn, as W1's (medians_in_turn). */
+struct w2_row {
+    const struct backend_ops *ops;
     double cpu[9], add[9], adder[9], p50[9], p99[9];
-    struct w2_out o = { 0 };
-    int nok = 0;
+    int64_t max, min;
+    int nok;       /* runs that finished */
+    double stolen; /* ms stolen during the row's runs; < 0: not known */
+};
+
+static void w2_run(struct w2_row *row, size_t n, int warm, int k, int reps)
+{
+    progress("%s %s, run %d of %d...\r", w2_label[warm], row->ops->name, k + 1, reps);
     double steal0 = steal_ms();
-    for (int k = 0; k < reps; k++) {
-        progress("%s %s, run %d of %d...\r", w, ops->name, k + 1, reps);
-        struct w2_out one = { 0 };
-        if (!w2_in_child(ops, n, warm, &one))
-            continue;
-        cpu[nok] = one.cpu_per_million;
-        add[nok] = one.add_ns;
-        adder[nok] = one.adder_ns;
-        p50[nok] = (double)one.p50;
-        p99[nok] = (double)one.p99;
-        if (!nok || one.max > o.max)
-            o.max = one.max;
-        if (!nok || one.min < o.min)
-            o.min = one.min;
-        nok++;
-    }
-    progress("%60s\r", "");
-    double steal1 = steal_ms(), stolen = steal0 >= 0 && steal1 >= 0 ? steal1 - steal0 : -1;
-    int ok = nok == reps;
+    struct w2_out one = { 0 };
+    int ok = w2_in_child(row->ops, n, warm, &one);
+    double steal1 = steal_ms();
+    if (steal0 < 0 || steal1 < 0)
+        row->stolen = -1;
+    else if (row->stolen >= 0)
+        row->stolen += steal1 - steal0;
+    if (!ok)
+        return;
+    int j = row->nok++;
+    row->cpu[j] = one.cpu_per_million;
+    row->add[j] = one.add_ns;
+    row->adder[j] = one.adder_ns;
+    row->p50[j] = (double)one.p50;
+    row->p99[j] = (double)one.p99;
+    if (!j || one.max > row->max)
+        row->max = one.max;
+    if (!j || one.min < row->min)
+        row->min = one.min;
+}
+
+/* Prints a row's line, writes its CSV and plot rows; returns its CPU.
+ * (Its figures are sorted in place, for their medians.) */
+static double w2_print(struct w2_row *row, size_t n, int warm, int reps, FILE *plot)
+{
+    const char *w = w2_label[warm], *name = row->ops->name;
+    struct w2_out o = { 0 };
+    int nok = row->nok, ok = nok == reps;
     if (nok) {
-        o.cpu_per_million = median(cpu, nok);
-        o.add_ns = median(add, nok);
-        o.adder_ns = median(adder, nok);
-        o.p50 = (int64_t)median(p50, nok);
-        o.p99 = (int64_t)median(p99, nok);
+        o.cpu_per_million = median(row->cpu, nok);
+        o.add_ns = median(row->add, nok);
+        o.adder_ns = median(row->adder, nok);
+        o.p50 = (int64_t)median(row->p50, nok);
+        o.p99 = (int64_t)median(row->p99, nok);
+        o.max = row->max;
+        o.min = row->min;
     }
     char st[32] = "-";
-    if (stolen >= 0)
-        snprintf(st, sizeof st, "%.0f", stolen);
-    printf("    %-11s %14.3f %8.1f %8.1f %10.3f %10.3f %10.3f %10.3f %8s%s\n", ops->name,
+    if (row->stolen >= 0)
+        snprintf(st, sizeof st, "%.0f", row->stolen);
+    printf("    %-11s %14.3f %8.1f %8.1f %10.3f %10.3f %10.3f %10.3f %8s%s\n", name,
            o.cpu_per_million, o.add_ns, o.adder_ns, (double)o.p50 / 1e6, (double)o.p99 / 1e6, (double)o.max / 1e6, (double)o.min / 1e6,
            st, ok ? (o.min < 0 ? "  fired EARLY" : "") : "  DID NOT FINISH");
-    if (stolen >= 0)
-        csv_row(w, ops->name, n, "host_steal_ms", stolen, 0);
-    csv_row(w, ops->name, n, "late_p50_ns", (double)o.p50, 0);
-    csv_row(w, ops->name, n, "late_p99_ns", (double)o.p99, 0);
-    csv_row(w, ops->name, n, "late_max_ns", (double)o.max, 0);
-    csv_row(w, ops->name, n, "late_min_ns", (double)o.min, 0);
-    csv_row(w, ops->name, n, "add_ns", o.add_ns, 0);
-    csv_row(w, ops->name, n, "adder_thread_ns", o.adder_ns, 0);
+    if (row->stolen >= 0)
+        csv_row(w, name, n, "host_steal_ms", row->stolen, 0);
+    csv_row(w, name, n, "late_p50_ns", (double)o.p50, 0);
+    csv_row(w, name, n, "late_p99_ns", (double)o.p99, 0);
+    csv_row(w, name, n, "late_max_ns", (double)o.max, 0);
+    csv_row(w, name, n, "late_min_ns", (double)o.min, 0);
+    csv_row(w, name, n, "add_ns", o.add_ns, 0);
+    csv_row(w, name, n, "adder_thread_ns", o.adder_ns, 0);
     if (plot)
-        fprintf(plot, "%s %.4f %.4f %.4f\n", ops->name, (double)o.p50 / 1e6,
+        fprintf(plot, "%s %.4f %.4f %.4f\n", name, (double)o.p50 / 1e6,
                 (double)o.p99 / 1e6, (double)o.max / 1e6);
     return o.cpu_per_million;
 }
@@ -1009,24 +1064,29 @@ static void run_w2(void)
                "(/proc/stat):\n  a timer due then fires late whatever the back end does\n");
         printf("    %-11s %14s %8s %8s %10s %10s %10s %10s %8s\n", "", "CPU s/million", "add ns",
                "adder", "late p50", "p99", "max", "min (ms)", "stolen");
-        struct result r[NBACKENDS + 1];
+        struct w2_row rows[NBACKENDS + 1];
         int nr = 0;
         for (size_t b = 0; b < NBACKENDS; b++) {
             const struct backend_ops *ops = all_backends[b];
             if (!available(ops) || ops->no_advance)
                 continue;
-            if (selected(cfg.backends, ops->name)) {
-                r[nr].be = ops->name;
-                r[nr++].v = w2_row(ops, n, warm, reps, warm ? NULL : plot);
-            }
+            if (selected(cfg.backends, ops->name))
+                rows[nr++] = (struct w2_row){ .ops = ops };
             /* what the threaded tw_schedule's own clock read costs: the
              * same adds through tw_schedule_at, given the deadline the
              * benchmark has just read (with twheel-thr, or on its own
              * name) */
-            if (ops == &be_twheel_threaded && at_selected()) {
-                r[nr].be = be_twheel_threaded_at.name;
-                r[nr++].v = w2_row(&be_twheel_threaded_at, n, warm, reps, warm ? NULL : plot);
-            }
+            if (ops == &be_twheel_threaded && at_selected())
+                rows[nr++] = (struct w2_row){ .ops = &be_twheel_threaded_at };
+        }
+        for (int k = 0; k < reps; k++)
+            for (int i = 0; i < nr; i++)
+                w2_run(&rows[i], n, warm, k, reps);
+        progress("%60s\r", "");
+        struct result r[NBACKENDS + 1];
+        for (int i = 0; i < nr; i++) {
+            r[i].be = rows[i].ops->name;
+            r[i].v = w2_print(&rows[i], n, warm, reps, warm ? NULL : plot);
         }
         print_ratios(w2_label[warm], "cpu_s_per_million", n, r, nr, "CPU s/M", 1);
     }
@@ -1474,14 +1534,15 @@ static void run_w5(void)
         printf(shards ? "  one shard (every thread on one lock)\n"
                       : "  default shards (four per CPU)\n");
         double base = 0, two = 0;
-        for (int c = 0; c < 3; c++) {
-            double v[9];
-            for (int k = 0; k < reps; k++) {
+        double v[3][9]; /* the counts' runs in turn, as W1's (medians_in_turn) */
+        for (int k = 0; k < reps; k++)
+            for (int c = 0; c < 3; c++) {
                 progress("W5 %d threads rep %d...\r", counts[c], k + 1);
-                v[k] = w5_once(counts[c], total / (size_t)counts[c], shards);
+                v[c][k] = w5_once(counts[c], total / (size_t)counts[c], shards);
             }
-            double m = median(v, reps);
-            progress("%60s\r", "");
+        progress("%60s\r", "");
+        for (int c = 0; c < 3; c++) {
+            double m = median(v[c], reps);
             if (c == 0)
                 base = m;
             if (counts[c] == 2)
@@ -1497,10 +1558,6 @@ static void run_w5(void)
     }
 }
 
-/* ---- plots ------------------------------------------------------------ */
-
-/* Plots what this run measured (a file left by an earlier run is not
- * plotted): the W1 sweep and W2's cold lateness. */
 /* ---- W6: idle timeouts pushed later ---------------------------------- */
 
 /* Not one of the issue's five workloads: added with tw_reschedule's push
@@ -1575,6 +1632,17 @@ static double w6_once(const struct backend_ops *ops, const struct w6_input *in, 
     return (t1 - t0) * 1e9 / (double)in->m;
 }
 
+struct w6_ctx {
+    const struct w6_input *in;
+    size_t fired[NBACKENDS]; /* by the back end's place in medians_in_turn */
+};
+
+static double w6_rep(const struct backend_ops *ops, int i, void *ctx)
+{
+    struct w6_ctx *c = ctx;
+    return w6_once(ops, c->in, &c->fired[i]);
+}
+
 static void run_w6(void)
 {
     struct w6_input in;
@@ -1601,30 +1669,30 @@ static void run_w6(void)
            "over %zu s simulated, advanced 1 ms at a time; ns per touch, advances included "
            "(thread CPU, median of %d)\n",
            in.n, in.m, in.m / in.per_ms / 1000, reps);
+    const struct backend_ops *be[NBACKENDS];
+    int nb = 0;
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
+            all_backends[b]->sim_clock)
+            be[nb++] = all_backends[b];
+    struct w6_ctx c = { &in, { 0 } };
     struct result r[NBACKENDS];
-    int nr = 0;
-    for (size_t b = 0; b < NBACKENDS; b++) {
-        const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || !selected(cfg.backends, ops->name) || !ops->sim_clock)
-            continue;
-        double v[9];
-        size_t fired = 0;
-        for (int k = 0; k < reps; k++) {
-            progress("W6 %s rep %d...\r", ops->name, k + 1);
-            v[k] = w6_once(ops, &in, &fired);
-        }
-        progress("%60s\r", "");
-        printf("    %-11s fired %zu (%.2f%% of the touches)%s\n", ops->name, fired,
-               100.0 * (double)fired / (double)in.m, ops->push ? "" : "; no push: cancel + add");
-        csv_row("W6", ops->name, in.n, "fired", (double)fired, 0);
-        r[nr].be = ops->name;
-        r[nr++].v = median(v, reps);
+    medians_in_turn(be, nb, reps, "W6", w6_rep, &c, r);
+    for (int i = 0; i < nb; i++) {
+        printf("    %-11s fired %zu (%.2f%% of the touches)%s\n", be[i]->name, c.fired[i],
+               100.0 * (double)c.fired[i] / (double)in.m,
+               be[i]->push ? "" : "; no push: cancel + add");
+        csv_row("W6", be[i]->name, in.n, "fired", (double)c.fired[i], 0);
     }
-    print_ratios("W6", "ns_per_touch", in.n, r, nr, "ns/touch", 1);
+    print_ratios("W6", "ns_per_touch", in.n, r, nb, "ns/touch", 1);
     free(in.prefill);
     free(in.victims);
 }
 
+/* ---- plots ------------------------------------------------------------ */
+
+/* Plots what this run measured (a file left by an earlier run is not
+ * plotted): the W1 sweep and W2's cold lateness. */
 static void make_plots(void)
 {
     if (!cfg.plot_w1 && !cfg.plot_w2)
