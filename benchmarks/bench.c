@@ -410,7 +410,11 @@ typedef double (*rep_fn)(const struct backend_ops *ops, int i, void *ctx);
  * back end, the two heaps, the hashed wheel and the intrusive model,
  * measured after twheel at 10^6, took 1.4 to 1.6 times as long as in the
  * full run half an hour later, and twheel took the same: 3.78x the heap
- * there, 2.44x then.) */
+ * there, 2.44x then.) A run is moved by the one just before it, too:
+ * twheel just after a heap's run took 136 to 155 ns there, alone 120 to
+ * 124. In turn, every run follows another back end's. Back end by back
+ * end, two runs of three followed one of their own. So the ratios in turn
+ * sit lower (history.md, "A full run at ac3ed8e"). */
 static void medians_in_turn(const struct backend_ops *const *be, int nb, int reps,
                             const char *label, rep_fn once, void *ctx, struct result *r)
 {
