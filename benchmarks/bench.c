@@ -43,7 +43,8 @@
  * are shared and noisy, so only same-run ratios mean much. For the same
  * reason W1's, W2's, W5's and W6's runs go in turn, every back end's (in
  * W5 every thread count's) k-th before any one's (k+1)-th
- * (medians_in_turn). */
+ * (medians_in_turn), and W1's, W2's and W4's each run in a process of
+ * its own, so that no run inherits another's memory. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -276,6 +277,24 @@ void bench_fired(void *arg)
         sem_post(&g_done);
 }
 
+/* ---- runs in processes of their own ----------------------------------- */
+
+/* This program, for the workloads that run each back end in a process of
+ * its own (W1, W2, W4). */
+static char self_exe[512];
+
+/* A back end by name (twheel-at too), or NULL if it is unknown or not
+ * built. */
+static const struct backend_ops *find_backend(const char *name)
+{
+    if (!strcmp(name, be_twheel_threaded_at.name))
+        return &be_twheel_threaded_at;
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (!strcmp(all_backends[b]->name, name))
+            return all_backends[b]->open ? all_backends[b] : NULL;
+    return NULL;
+}
+
 /* ---- W1: churn ---------------------------------------------------------- */
 
 static void w1_make(struct w1_input *in, size_t n, size_t m, int realistic)
@@ -368,6 +387,52 @@ static double w1_once(const struct backend_ops *ops, const struct w1_input *in,
     return (t1 - t0) * 1e9 / (double)in->m;
 }
 
+/* The child's side of w1_in_child: the same seeded input, made anew, and
+ * one run; prints ns per pair. */
+static int w1_child(const char *name, size_t n, size_t m, int realistic, int read_clock)
+{
+    const struct backend_ops *ops = find_backend(name);
+    if (!ops)
+        return 1;
+    struct w1_input in;
+    w1_make(&in, n, m, realistic);
+    printf("%.9g\n", w1_once(ops, &in, realistic, read_clock));
+    w1_free(&in);
+    return 0;
+}
+
+/* One W1 (or W1r) run in a fresh process (exec, not just fork), as W2's
+ * and W4's. A run in the process of the runs before it inherits their
+ * leavings: the allocator's free lists and the pages they hold, the
+ * kernel's choice of the next pages, and whatever the host does with
+ * memory a guest has just freed. On the Zen 5 guest twheel at 10^6 took
+ * 120 to 124 ns a pair alone and 136 to 155 just after a heap's run in
+ * the same process (history.md, "A full run at ac3ed8e"). In a process
+ * of its own every run starts from the same state, whichever back end ran
+ * before it: there twheel took 122 and 133 alone, 129 and 132 after the
+ * heap's run (history.md, "Each W1 run in a process of its own"). The
+ * cost: each run makes its input anew (a few tenths of a
+ * second at 10^7) and pays an exec. Exits twheel-bench if the child
+ * gives no figure: that is a bug, not noise. */
+static double w1_in_child(const struct backend_ops *ops, size_t n, size_t m, int realistic,
+                          int read_clock)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --w1-child %s %zu %zu %d %d %d", self_exe, ops->name, n, m,
+             realistic, read_clock, bench_huge_pages);
+    fflush(stdout);
+    FILE *pf = popen(cmd, "r");
+    double v = -1;
+    int got = pf && fscanf(pf, "%lf", &v) == 1;
+    int status = pf ? pclose(pf) : -1;
+    if (!got || status != 0 || !(v > 0)) {
+        fprintf(stderr, "twheel-bench: the W1 run of %s at N = %zu gave no figure\n", ops->name,
+                n);
+        exit(1);
+    }
+    return v;
+}
+
 struct result {
     const char *be;
     double v;
@@ -410,11 +475,9 @@ typedef double (*rep_fn)(const struct backend_ops *ops, int i, void *ctx);
  * back end, the two heaps, the hashed wheel and the intrusive model,
  * measured after twheel at 10^6, took 1.4 to 1.6 times as long as in the
  * full run half an hour later, and twheel took the same: 3.78x the heap
- * there, 2.44x then.) A run is moved by the one just before it, too:
- * twheel just after a heap's run took 136 to 155 ns there, alone 120 to
- * 124. In turn, every run follows another back end's. Back end by back
- * end, two runs of three followed one of their own. So the ratios in turn
- * sit lower (history.md, "A full run at ac3ed8e"). */
+ * there, 2.44x then.) W1's runs each take a process of their own
+ * (w1_in_child), as W2's do: in one process, a run was moved by the one
+ * before it. */
 static void medians_in_turn(const struct backend_ops *const *be, int nb, int reps,
                             const char *label, rep_fn once, void *ctx, struct result *r)
 {
@@ -432,7 +495,7 @@ static void medians_in_turn(const struct backend_ops *const *be, int nb, int rep
 }
 
 struct w1_ctx {
-    const struct w1_input *in;
+    size_t n, m;
     int realistic, read_clock;
 };
 
@@ -440,12 +503,13 @@ static double w1_rep(const struct backend_ops *ops, int i, void *ctx)
 {
     const struct w1_ctx *c = ctx;
     (void)i;
-    return w1_once(ops, c->in, c->realistic, c->read_clock);
+    return w1_in_child(ops, c->n, c->m, c->realistic, c->read_clock);
 }
 
-/* Runs W1 (or W1r) on every selected manual back end: the median of the
- * repetitions, into r. Returns how many back ends ran. */
-static int w1_all(const struct w1_input *in, int realistic, int read_clock, int reps,
+/* Runs W1 (or W1r) at N = n with m pairs on every selected manual back
+ * end, each run in a process of its own: the median of the repetitions,
+ * into r. Returns how many back ends ran. */
+static int w1_all(size_t n, size_t m, int realistic, int read_clock, int reps,
                   const char *label, struct result *r)
 {
     const struct backend_ops *be[NBACKENDS];
@@ -454,7 +518,7 @@ static int w1_all(const struct w1_input *in, int realistic, int read_clock, int 
         if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
             !all_backends[b]->realtime_only)
             be[nb++] = all_backends[b];
-    struct w1_ctx c = { in, realistic, read_clock };
+    struct w1_ctx c = { n, m, realistic, read_clock };
     medians_in_turn(be, nb, reps, label, w1_rep, &c, r);
     return nb;
 }
@@ -474,7 +538,7 @@ static void run_w1(void)
     int reps = cfg.quick ? 1 : cfg.reps;
 
     printf("\nW1 churn: N pending (1 s .. 1 h), M = %zu x (cancel random + add), ns per pair "
-           "(thread CPU, median of %d)\n", m, reps);
+           "(thread CPU, median of %d,\n  each run in a process of its own)\n", m, reps);
     FILE *plot = NULL;
     char path[512];
     snprintf(path, sizeof path, "%s-w1.dat", cfg.out);
@@ -489,12 +553,10 @@ static void run_w1(void)
         fprintf(plot, "\n");
     }
     for (int s = 0; s < nsweep; s++) {
-        struct w1_input in;
-        w1_make(&in, sweep[s], m, 0);
         struct result r[NBACKENDS];
         char label[32];
         snprintf(label, sizeof label, "N=%zu", sweep[s]);
-        int nr = w1_all(&in, 0, 0, reps, label, r);
+        int nr = w1_all(sweep[s], m, 0, 0, reps, label, r);
         if (plot) {
             fprintf(plot, "%zu", sweep[s]);
             for (int k = 0; k < nr; k++)
@@ -502,38 +564,32 @@ static void run_w1(void)
             fprintf(plot, "\n");
         }
         print_ratios(label, "ns_per_pair", sweep[s], r, nr, "ns/pair", 1);
-        w1_free(&in);
     }
     if (plot)
         fclose(plot);
 
     /* with one CLOCK_MONOTONIC read per add, as the peers pay it */
     size_t n_clock = cfg.w1_n ? cfg.w1_n : cfg.quick ? 10000 : 1000000;
-    struct w1_input in;
-    w1_make(&in, n_clock, m, 0);
     struct result r[NBACKENDS];
-    int nr = w1_all(&in, 0, 1, reps, "W1+clock", r);
+    int nr = w1_all(n_clock, m, 0, 1, reps, "W1+clock", r);
     printf("\nW1 with one clock_gettime(CLOCK_MONOTONIC) per add, N = %zu:\n", n_clock);
     print_ratios("W1+clock", "ns_per_pair_clock", n_clock, r, nr, "ns/pair", 1);
     /* and what the threaded API pays: it reads the clock itself */
     if (available(&be_twheel_threaded) && selected(cfg.backends, "twheel-thr")) {
         double v[9];
         for (int k = 0; k < reps; k++)
-            v[k] = w1_once(&be_twheel_threaded, &in, 0, 0);
+            v[k] = w1_in_child(&be_twheel_threaded, n_clock, m, 0, 0);
         double thr = median(v, reps);
         printf("    %-11s %12.1f ns/pair   (threaded API: its own clock read + shard lock)\n",
                "twheel-thr", thr);
         csv_row("W1+clock", "twheel-thr", n_clock, "ns_per_pair_clock", thr, 0);
     }
-    w1_free(&in);
 
     /* W1r */
     size_t n_r = cfg.quick ? 10000 : 1000000;
-    w1_make(&in, n_r, m, 1);
-    nr = w1_all(&in, 1, 0, reps, "W1r", r);
+    nr = w1_all(n_r, m, 1, 0, reps, "W1r", r);
     printf("\nW1r realistic churn (cancel the timer added k ops ago, k in [1, 1000]), N = %zu:\n", n_r);
     print_ratios("W1r", "ns_per_pair", n_r, r, nr, "ns/pair", 1);
-    w1_free(&in);
 }
 
 /* ---- W1 floor: no library at all (floor.c) ---------------------------- */
@@ -616,22 +672,6 @@ static void run_floor(void)
 }
 
 /* ---- W2: expire-all --------------------------------------------------- */
-
-/* This program, for the workloads that run each back end in a process of
- * its own (W2, W4). */
-static char self_exe[512];
-
-/* A back end by name (twheel-at too), or NULL if it is unknown or not
- * built. */
-static const struct backend_ops *find_backend(const char *name)
-{
-    if (!strcmp(name, be_twheel_threaded_at.name))
-        return &be_twheel_threaded_at;
-    for (size_t b = 0; b < NBACKENDS; b++)
-        if (!strcmp(all_backends[b]->name, name))
-            return all_backends[b]->open ? all_backends[b] : NULL;
-    return NULL;
-}
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -1797,6 +1837,11 @@ int main(int argc, char **argv)
     if (argc == 5 && !strcmp(argv[1], "--w4-child")) {
         bench_huge_pages = atoi(argv[4]) != 0;
         return w4_child(argv[2], (size_t)atol(argv[3]));
+    }
+    if (argc == 8 && !strcmp(argv[1], "--w1-child")) {
+        bench_huge_pages = atoi(argv[7]) != 0;
+        return w1_child(argv[2], (size_t)atol(argv[3]), (size_t)atol(argv[4]),
+                        atoi(argv[5]) != 0, atoi(argv[6]) != 0);
     }
     if (argc == 7 && !strcmp(argv[1], "--w2-child")) {
         cfg.quick = atoi(argv[5]) != 0;
