@@ -43,8 +43,8 @@
  * are shared and noisy, so only same-run ratios mean much. For the same
  * reason W1's, W2's, W5's and W6's runs go in turn, every back end's (in
  * W5 every thread count's) k-th before any one's (k+1)-th
- * (medians_in_turn), and W1's, W2's and W4's each run in a process of
- * its own, so that no run inherits another's memory. */
+ * (medians_in_turn), and W1's, the floor's, W2's and W4's each run in a
+ * process of its own, so that no run inherits another's memory. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -280,7 +280,7 @@ void bench_fired(void *arg)
 /* ---- runs in processes of their own ----------------------------------- */
 
 /* This program, for the workloads that run each back end in a process of
- * its own (W1, W2, W4). */
+ * its own (W1, the floor, W2, W4). */
 static char self_exe[512];
 
 /* A back end by name (twheel-at too), or NULL if it is unknown or not
@@ -594,30 +594,82 @@ static void run_w1(void)
 
 /* ---- W1 floor: no library at all (floor.c) ---------------------------- */
 
+/* The floor's loops, by the name its child process takes (floor_child). */
+enum floor_kind {
+    FK_HEAP, FK_EAGER, FK_DEFER, FK_PAD, FK_LAZY, FK_ARRAY, FK_SPLIT, FK_SPLIT_8,
+    FK_HEAP_CLOCK, FK_EAGER_CLOCK, FK_EAGER_LOCKED, FK_COUNT
+};
+
+/* One run of a floor loop: ns per pair; *extra gets its slots a timer
+ * (the lazy loops) or its arrays' bytes a timer (array buckets). */
+static double floor_once(int kind, const struct w1_input *in, double *extra)
+{
+    switch (kind) {
+    case FK_HEAP: return w1_once(&be_heap, in, 0, 0);
+    case FK_EAGER: return floor_w1_ns(in, FLOOR_EAGER, NULL);
+    case FK_DEFER: return floor_w1_ns(in, FLOOR_DEFER, NULL);
+    case FK_PAD: return floor_w1_ns(in, FLOOR_EAGER_PAD, NULL);
+    case FK_LAZY: return floor_w1_ns(in, FLOOR_LAZY, extra);
+    case FK_ARRAY: return floor_w1_array_ns(in, extra);
+    case FK_SPLIT: return floor_w1_ns(in, FLOOR_SPLIT, extra);
+    case FK_SPLIT_8: return floor_w1_ns(in, FLOOR_SPLIT_8, extra);
+    case FK_HEAP_CLOCK: return w1_once(&be_heap, in, 0, 1);
+    case FK_EAGER_CLOCK: return floor_w1_ns(in, FLOOR_EAGER_CLOCK, NULL);
+    default: return floor_w1_ns(in, FLOOR_EAGER_LOCKED, NULL);
+    }
+}
+
+/* The child's side of floor_in_child: prints ns per pair and the extra. */
+static int floor_child(int kind, size_t n, size_t m)
+{
+    if (kind < 0 || kind >= FK_COUNT)
+        return 1;
+    struct w1_input in;
+    w1_make(&in, n, m, 0);
+    double extra = 0, v = floor_once(kind, &in, &extra);
+    printf("%.9g %.9g\n", v, extra);
+    w1_free(&in);
+    return 0;
+}
+
+/* One floor run in a process of its own, as W1's (w1_in_child says why);
+ * exits twheel-bench if the child gives no figure. */
+static double floor_in_child(int kind, size_t n, size_t m, double *extra)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --floor-child %d %zu %zu", self_exe, kind, n, m);
+    fflush(stdout);
+    FILE *pf = popen(cmd, "r");
+    double v = -1, x = 0;
+    int got = pf && fscanf(pf, "%lf %lf", &v, &x) == 2;
+    int status = pf ? pclose(pf) : -1;
+    if (!got || status != 0 || !(v > 0)) {
+        fprintf(stderr, "twheel-bench: the floor's run %d gave no figure\n", kind);
+        exit(1);
+    }
+    if (extra)
+        *extra = x;
+    return v;
+}
+
 static void run_floor(void)
 {
     size_t n = cfg.w1_n ? cfg.w1_n : cfg.quick ? 10000 : 1000000;
     size_t m = cfg.quick ? 200000 : 5000000;
     int reps = cfg.quick ? 1 : cfg.reps;
-    struct w1_input in;
-    w1_make(&in, n, m, 0);
-    double heap[9], eager[9], lazy[9], array[9], slots = 0, array_b = 0;
-    double heap_c[9], eager_c[9], locked[9], split0[9], split3[9], split0_s = 0, split3_s = 0,
-        pad[9], defer[9];
-    for (int k = 0; k < reps; k++) { /* interleaved: the same noise for all */
+    double v[FK_COUNT][9], x[FK_COUNT] = { 0 };
+    /* in turn, as W1's (medians_in_turn), each in a process of its own */
+    for (int k = 0; k < reps; k++) {
         progress("W1 floor rep %d...\r", k + 1);
-        heap[k] = w1_once(&be_heap, &in, 0, 0);
-        eager[k] = floor_w1_ns(&in, FLOOR_EAGER, NULL);
-        defer[k] = floor_w1_ns(&in, FLOOR_DEFER, NULL);
-        pad[k] = floor_w1_ns(&in, FLOOR_EAGER_PAD, NULL);
-        lazy[k] = floor_w1_ns(&in, FLOOR_LAZY, &slots);
-        array[k] = floor_w1_array_ns(&in, &array_b);
-        split0[k] = floor_w1_ns(&in, FLOOR_SPLIT, &split0_s);
-        split3[k] = floor_w1_ns(&in, FLOOR_SPLIT_8, &split3_s);
-        heap_c[k] = w1_once(&be_heap, &in, 0, 1);
-        eager_c[k] = floor_w1_ns(&in, FLOOR_EAGER_CLOCK, NULL);
-        locked[k] = floor_w1_ns(&in, FLOOR_EAGER_LOCKED, NULL);
+        for (int f = 0; f < FK_COUNT; f++)
+            v[f][k] = floor_in_child(f, n, m, &x[f]);
     }
+    double *heap = v[FK_HEAP], *eager = v[FK_EAGER], *defer = v[FK_DEFER], *pad = v[FK_PAD],
+           *lazy = v[FK_LAZY], *array = v[FK_ARRAY], *split0 = v[FK_SPLIT],
+           *split3 = v[FK_SPLIT_8], *heap_c = v[FK_HEAP_CLOCK], *eager_c = v[FK_EAGER_CLOCK],
+           *locked = v[FK_EAGER_LOCKED];
+    double slots = x[FK_LAZY], array_b = x[FK_ARRAY], split0_s = x[FK_SPLIT],
+           split3_s = x[FK_SPLIT_8];
     double clock_ns = floor_clock_ns(cfg.quick ? 1000000 : 10000000);
     unsigned dram_mb = cfg.quick ? 32 : 256;
     double dram = floor_dram_ns((size_t)dram_mb << 20, cfg.quick ? 1000000 : 10000000);
@@ -668,7 +720,6 @@ static void run_floor(void)
     csv_row("W1floor+clock", "heap", n, "ns_per_pair", hc, 1);
     csv_row("W1floor+clock", "bare-eager", n, "ns_per_pair", ec, hc / ec);
     csv_row("W1floor+clock", "bare-eager+lock", n, "ns_per_pair", lk, hc / lk);
-    w1_free(&in);
 }
 
 /* ---- W2: expire-all --------------------------------------------------- */
@@ -1843,6 +1894,8 @@ int main(int argc, char **argv)
         return w1_child(argv[2], (size_t)atol(argv[3]), (size_t)atol(argv[4]),
                         atoi(argv[5]) != 0, atoi(argv[6]) != 0);
     }
+    if (argc == 5 && !strcmp(argv[1], "--floor-child"))
+        return floor_child(atoi(argv[2]), (size_t)atol(argv[3]), (size_t)atol(argv[4]));
     if (argc == 7 && !strcmp(argv[1], "--w2-child")) {
         cfg.quick = atoi(argv[5]) != 0;
         bench_huge_pages = atoi(argv[6]) != 0;
