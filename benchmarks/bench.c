@@ -295,6 +295,27 @@ static const struct backend_ops *find_backend(const char *name)
     return NULL;
 }
 
+/* Runs this program with `args` in a process of its own and reads k
+ * figures from what it prints, into out. Exits twheel-bench if the child
+ * fails or gives fewer, or a first figure that is not positive: that is
+ * a bug, not noise. (W2's and W4's children print more than figures, and
+ * read their own.) */
+static void child_figures(const char *args, double *out, int k)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s", self_exe, args);
+    fflush(stdout);
+    FILE *pf = popen(cmd, "r");
+    int got = 0;
+    while (pf && got < k && fscanf(pf, "%lf", &out[got]) == 1)
+        got++;
+    int status = pf ? pclose(pf) : -1;
+    if (got < k || status != 0 || !(out[0] > 0)) {
+        fprintf(stderr, "twheel-bench: '%s' gave no figure\n", args);
+        exit(1);
+    }
+}
+
 /* ---- W1: churn ---------------------------------------------------------- */
 
 static void w1_make(struct w1_input *in, size_t n, size_t m, int realistic)
@@ -411,25 +432,16 @@ static int w1_child(const char *name, size_t n, size_t m, int realistic, int rea
  * of its own every run starts from the same state, whichever back end ran
  * before it: there twheel took 122 and 133 alone, 129 and 132 after the
  * heap's run (history.md, "Each W1 run in a process of its own"). The
- * cost: each run makes its input anew (a few tenths of a
- * second at 10^7) and pays an exec. Exits twheel-bench if the child
- * gives no figure: that is a bug, not noise. */
+ * cost: each run makes its input anew (a few tenths of a second at 10^7)
+ * and pays an exec. */
 static double w1_in_child(const struct backend_ops *ops, size_t n, size_t m, int realistic,
                           int read_clock)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --w1-child %s %zu %zu %d %d %d", self_exe, ops->name, n, m,
-             realistic, read_clock, bench_huge_pages);
-    fflush(stdout);
-    FILE *pf = popen(cmd, "r");
-    double v = -1;
-    int got = pf && fscanf(pf, "%lf", &v) == 1;
-    int status = pf ? pclose(pf) : -1;
-    if (!got || status != 0 || !(v > 0)) {
-        fprintf(stderr, "twheel-bench: the W1 run of %s at N = %zu gave no figure\n", ops->name,
-                n);
-        exit(1);
-    }
+    char args[256];
+    snprintf(args, sizeof args, "--w1-child %s %zu %zu %d %d %d", ops->name, n, m, realistic,
+             read_clock, bench_huge_pages);
+    double v;
+    child_figures(args, &v, 1);
     return v;
 }
 
@@ -632,24 +644,16 @@ static int floor_child(int kind, size_t n, size_t m)
     return 0;
 }
 
-/* One floor run in a process of its own, as W1's (w1_in_child says why);
- * exits twheel-bench if the child gives no figure. */
+/* One floor run in a process of its own, as W1's (w1_in_child says why):
+ * ns per pair; *extra as floor_once's. */
 static double floor_in_child(int kind, size_t n, size_t m, double *extra)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --floor-child %d %zu %zu", self_exe, kind, n, m);
-    fflush(stdout);
-    FILE *pf = popen(cmd, "r");
-    double v = -1, x = 0;
-    int got = pf && fscanf(pf, "%lf %lf", &v, &x) == 2;
-    int status = pf ? pclose(pf) : -1;
-    if (!got || status != 0 || !(v > 0)) {
-        fprintf(stderr, "twheel-bench: the floor's run %d gave no figure\n", kind);
-        exit(1);
-    }
-    if (extra)
-        *extra = x;
-    return v;
+    char args[128];
+    snprintf(args, sizeof args, "--floor-child %d %zu %zu", kind, n, m);
+    double v[2];
+    child_figures(args, v, 2);
+    *extra = v[1];
+    return v[0];
 }
 
 static void run_floor(void)
