@@ -41,8 +41,8 @@
  *
  * Figures are ratios to the heap measured in the same run: these machines
  * are shared and noisy, so only same-run ratios mean much. For the same
- * reason W1's, W2's, W5's and W6's runs go in turn, every back end's (in
- * W5 every thread count's) k-th before any one's (k+1)-th
+ * reason W1's, the floor's, W2's, W5's and W6's runs go in turn, every
+ * back end's (in W5 every thread count's) k-th before any one's (k+1)-th
  * (medians_in_turn), and W1's, the floor's, W2's and W4's each run in a
  * process of its own, so that no run inherits another's memory. */
 #include <errno.h>
