@@ -19,17 +19,19 @@
  *       them, beside the vCPU time the hypervisor stole meanwhile; then
  *       what a fresh page of memory costs on this host (the
  *       gap between cold and warm, where it is the host's). Then the
- *       same on a simulated clock (1 ms steps, no sleeping): the back
- *       end's own work, its longest advance, and what one sleep costs.
+ *       same on a simulated clock (1 ms steps, no sleeping; "W2sim",
+ *       --only w2sim for this alone): the back end's own work and its longest advance (each the median of
+ *       --reps runs), and what one sleep costs.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU (the median of --reps windows) and wake-ups (the most
  *       in any window), beside the same window slept with no back end
- *       (what the machine charges for the sleep alone).
+ *       (what the machine charges for the sleep alone), the windows in turn.
  *   W4  memory: resident bytes per pending timer at N = 10^6 (measured in
  *       a child process), and the back end's own accounting.
  *   W5  producers: 1, 2 and 8 threads scheduling and cancelling through
  *       twheel's threaded API, on the default shards and then on one
- *       shard (every thread on one lock). Aggregate ops/s.
+ *       shard (every thread on one lock). Aggregate ops/s, the median of
+ *       --reps runs.
  *   W6  idle timeouts (not one of the issue's five): 10^6 connections with
  *       10 s idle timers on a simulated clock, 2*10^7 touches each pushing
  *       one to now + 10 s, advances included. ns per touch.
@@ -41,10 +43,11 @@
  *
  * Figures are ratios to the heap measured in the same run: these machines
  * are shared and noisy, so only same-run ratios mean much. For the same
- * reason W1's, the floor's, W2's, W5's and W6's runs go in turn, every
- * back end's (in W5 every thread count's) k-th before any one's (k+1)-th
- * (medians_in_turn), and W1's, the floor's, W2's and W4's each run in a
- * process of its own, so that no run inherits another's memory. */
+ * reason every workload's runs but W4's go in turn, every back end's (in
+ * W5 every thread count's) k-th before any one's (k+1)-th
+ * (medians_in_turn), and every run of every workload takes a process of
+ * its own, so that no run inherits another's memory or threads
+ * (w1_in_child). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -279,8 +282,8 @@ void bench_fired(void *arg)
 
 /* ---- runs in processes of their own ----------------------------------- */
 
-/* This program, for the workloads that run each back end in a process of
- * its own (W1, the floor, W2, W4). */
+/* This program, which every workload's runs re-run in a process of their
+ * own (w1_in_child says why). */
 static char self_exe[512];
 
 /* A back end by name (twheel-at too), or NULL if it is unknown or not
@@ -1286,9 +1289,55 @@ static uint64_t *w2_delays(size_t n)
  * longest single advance (in thread CPU time) is how long a back end
  * keeps due timers waiting while it works (for a wheel whose coarse
  * buckets cascade whole, the tick that cascades one). */
+/* The child's side of one W2 run on a simulated clock: prints CPU s per
+ * million, the longest advance (ns) and the timers fired. */
+static int w2sim_child(const char *name, size_t n)
+{
+    const struct backend_ops *ops = find_backend(name);
+    struct backend be;
+    if (!ops || !ops->sim_clock)
+        return 1;
+    uint64_t *delays = w2_delays(n);
+    uint64_t base = bench_now_ns();
+    if (open_backend(&be, ops, n + 16))
+        return 1;
+    g_fired = 0; /* g_late is NULL: firings are only counted */
+    double a0 = process_cpu();
+    uint64_t longest = w2_sim_loop(ops, &be, delays, n, base, 1);
+    double cpu = (process_cpu() - a0) * 1e6 / (double)n;
+    printf("%.9g %" PRIu64 " %zu\n", cpu, longest, (size_t)g_fired);
+    ops->close(&be);
+    free(delays);
+    return 0;
+}
+
+struct w2sim_ctx {
+    size_t n;
+    double longest[NBACKENDS][9]; /* by back end and run */
+    int runs[NBACKENDS];
+    int short_of_n[NBACKENDS];  /* a run that did not fire all n */
+};
+
+/* One W2 run on a simulated clock in a process of its own, as W1's
+ * (w1_in_child says why). */
+static double w2sim_rep(const struct backend_ops *ops, int i, void *ctx)
+{
+    struct w2sim_ctx *c = ctx;
+    char args[256];
+    snprintf(args, sizeof args, "--w2sim-child %s %zu %d %d", ops->name, c->n, cfg.quick,
+             bench_huge_pages);
+    double v[3];
+    child_figures(args, v, 3);
+    c->longest[i][c->runs[i]++] = v[1];
+    if ((size_t)v[2] != c->n)
+        c->short_of_n[i] = 1;
+    return v[0];
+}
+
 static void run_w2_sim(void)
 {
     size_t n = cfg.quick ? 100000 : 1000000;
+    int reps = cfg.quick ? 1 : cfg.reps;
     int sleeps = cfg.quick ? 50 : 500;
     double c0 = process_cpu();
     for (int k = 0; k < sleeps; k++) {
@@ -1296,35 +1345,29 @@ static void run_w2_sim(void)
         nanosleep(&ts, NULL);
     }
     double sleep_us = (process_cpu() - c0) * 1e6 / sleeps;
-    printf("\nW2 on a simulated clock: the same %zu timers, advanced 1 ms at a time, no sleeping\n", n);
+    printf("\nW2 on a simulated clock: the same %zu timers, advanced 1 ms at a time, no sleeping\n"
+           "  (each run in a process of its own, in turn; each figure the median of %d)\n", n,
+           reps);
     printf("    %-11s %14s %16s\n", "", "CPU s/million", "longest advance (CPU)");
+    const struct backend_ops *be[NBACKENDS];
+    int nb = 0;
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
+            all_backends[b]->sim_clock)
+            be[nb++] = all_backends[b];
+    struct w2sim_ctx c = { .n = n };
     struct result r[NBACKENDS];
-    int nr = 0;
-    uint64_t *delays = w2_delays(n);
-    for (size_t b = 0; b < NBACKENDS; b++) {
-        const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || !selected(cfg.backends, ops->name) || !ops->sim_clock)
-            continue;
-        progress("W2 simulated %s...\r", ops->name);
-        struct backend be;
-        uint64_t base = bench_now_ns();
-        if (open_backend(&be, ops, n + 16))
-            continue;
-        g_fired = 0; /* g_late is NULL: firings are only counted */
-        double a0 = process_cpu();
-        uint64_t longest = w2_sim_loop(ops, &be, delays, n, base, 1);
-        double cpu = (process_cpu() - a0) * 1e6 / (double)n;
-        size_t fired = g_fired;
-        ops->close(&be);
-        progress("%60s\r", "");
-        printf("    %-11s %14.3f %13.3f ms%s\n", ops->name, cpu, (double)longest / 1e6,
-               fired == n ? "" : "  DID NOT FINISH");
-        csv_row("W2sim", ops->name, n, "longest_advance_ns", (double)longest, 0);
-        r[nr].be = ops->name;
-        r[nr++].v = cpu;
+    medians_in_turn(be, nb, reps, "W2 simulated", w2sim_rep, &c, r);
+    for (int i = 0; i < nb; i++) {
+        /* the median, not the most: thread CPU still counts the time the
+         * hypervisor takes the vCPU away, and one such spell in one run
+         * would set the most */
+        double longest = median(c.longest[i], c.runs[i]);
+        printf("    %-11s %14.3f %13.3f ms%s\n", be[i]->name, r[i].v, longest / 1e6,
+               c.short_of_n[i] ? "  DID NOT FINISH" : "");
+        csv_row("W2sim", be[i]->name, n, "longest_advance_ns", longest, 0);
     }
-    free(delays);
-    print_ratios("W2sim", "cpu_s_per_million", n, r, nr, "CPU s/M", 1);
+    print_ratios("W2sim", "cpu_s_per_million", n, r, nb, "CPU s/M", 1);
     double w2_wakes = (double)(w2_span() / MS); /* one per 1 ms tick over W2's span */
     printf("  one 1 ms sleep and its wake-up cost %.1f us of CPU here; W2 above sleeps\n"
            "  about once per ms for %g s: %.3f CPU s per million timers for the sleeps alone\n",
@@ -1386,7 +1429,47 @@ static double w3_once(const struct backend_ops *ops, size_t n, uint64_t window,
     return (c1 - c0) * 1e3;
 }
 
-/* W3, `reps` windows per back end. The CPU is the median: for a back end
+/* The child's side of one W3 window: back end `name`, or with "sleep"
+ * none, the window slept through. Prints the process CPU (ms), the
+ * voluntary switches and the engine's wake-ups (-1: no count). */
+static int w3_child(const char *name, size_t n, uint64_t window)
+{
+    long sw = 0;
+    int64_t wk = -1;
+    double c;
+    if (!strcmp(name, "sleep")) {
+        long v0 = voluntary_switches();
+        double c0 = process_cpu();
+        sleep_until(bench_now_ns() + window);
+        c = (process_cpu() - c0) * 1e3;
+        sw = voluntary_switches() - v0;
+    } else {
+        const struct backend_ops *ops = find_backend(name);
+        if (!ops || (c = w3_once(ops, n, window, &sw, &wk)) < 0)
+            return 1;
+    }
+    printf("%.9g %ld %" PRId64 "\n", c, sw, wk);
+    return 0;
+}
+
+/* One W3 window in a process of its own, as W1's (w1_in_child says why):
+ * its CPU and switches are then the window's alone, with nothing that
+ * ran before it (a thread, memory to give back) in the process. */
+static double w3_in_child(const char *name, size_t n, uint64_t window, long *switches,
+                          int64_t *wakeups)
+{
+    char args[256];
+    snprintf(args, sizeof args, "--w3-child %s %zu %" PRIu64 " %d", name, n, window,
+             bench_huge_pages);
+    double v[3];
+    child_figures(args, v, 3);
+    *switches = (long)v[1];
+    *wakeups = (int64_t)v[2];
+    return v[0];
+}
+
+/* W3, `reps` windows per back end, each in a process of its own, in
+ * turn (medians_in_turn says why). The CPU is the median: for a back end
  * that sleeps through the window it is what the VM charges for one long
  * sleep, 0.05 to 1.4 ms from one window to the next here, with no work in
  * it. The wake-ups and switches are the most any window saw: one wake-up
@@ -1400,57 +1483,47 @@ static void run_w3(void)
            (double)window / 1e9);
     printf("  CPU: the median of %d window(s); switches and wake-ups: the most in any\n", reps);
     printf("    %-11s %12s %14s %16s\n", "", "CPU ms", "vol. switches", "engine wake-ups");
-    /* The control: the same window with no back end, one sleep through
-     * it. A back end that sleeps through the window as well costs what
-     * this row does, and on a VM that is not always near zero. */
-    double cpu[9];
-    long bare_sw = 0;
-    for (int k = 0; k < reps; k++) {
-        progress("W3 sleep alone, window %d of %d...\r", k + 1, reps);
-        long v0 = voluntary_switches();
-        double c0 = process_cpu();
-        sleep_until(bench_now_ns() + window);
-        cpu[k] = (process_cpu() - c0) * 1e3;
-        long sw = voluntary_switches() - v0;
-        if (sw > bare_sw)
-            bare_sw = sw;
-    }
-    progress("%60s\r", "");
-    double bare = median(cpu, reps);
-    printf("    %-11s %12.3f %14ld %16s\n", "sleep alone", bare, bare_sw, "-");
-    csv_row("W3", "sleep-alone", n, "cpu_ms", bare, 0);
+    /* Row 0 is the control: the same window with no back end, one sleep
+     * through it. A back end that sleeps through the window as well costs
+     * what that row does, and on a VM that is not always near zero. */
+    const char *names[NBACKENDS + 1] = { "sleep" };
+    int nb = 1;
     for (size_t b = 0; b < NBACKENDS; b++) {
         const struct backend_ops *ops = all_backends[b];
-        if (!available(ops) || !selected(cfg.backends, ops->name) || ops->no_advance)
-            continue;
-        long sw = 0;
-        int64_t wk = -1;
-        int nok = 0;
-        for (int k = 0; k < reps; k++) {
-            progress("W3 %s, window %d of %d...\r", ops->name, k + 1, reps);
-            long s1 = 0;
-            int64_t w1 = -1;
-            double c = w3_once(ops, n, window, &s1, &w1);
-            if (c < 0)
-                continue;
-            cpu[nok++] = c;
-            if (s1 > sw)
-                sw = s1;
-            if (w1 > wk)
-                wk = w1;
+        if (available(ops) && selected(cfg.backends, ops->name) && !ops->no_advance)
+            names[nb++] = ops->name;
+    }
+    double cpu[NBACKENDS + 1][9];
+    long sw[NBACKENDS + 1] = { 0 };
+    int64_t wk[NBACKENDS + 1];
+    for (int i = 0; i < nb; i++)
+        wk[i] = -1;
+    for (int k = 0; k < reps; k++)
+        for (int i = 0; i < nb; i++) {
+            progress("W3 %s, window %d of %d...\r", names[i], k + 1, reps);
+            long s1;
+            int64_t w1;
+            cpu[i][k] = w3_in_child(names[i], n, window, &s1, &w1);
+            if (s1 > sw[i])
+                sw[i] = s1;
+            if (w1 > wk[i])
+                wk[i] = w1;
         }
-        progress("%60s\r", "");
-        if (!nok)
+    progress("%60s\r", "");
+    for (int i = 0; i < nb; i++) {
+        double c = median(cpu[i], reps);
+        char wks[24] = "-";
+        if (i > 0 && wk[i] < 0)
+            snprintf(wks, sizeof wks, "n/a");
+        else if (i > 0)
+            snprintf(wks, sizeof wks, "%" PRId64, wk[i]);
+        printf("    %-11s %12.3f %14ld %16s\n", i ? names[i] : "sleep alone", c, sw[i], wks);
+        csv_row("W3", i ? names[i] : "sleep-alone", n, "cpu_ms", c, 0);
+        if (i == 0)
             continue;
-        double c = median(cpu, nok);
-        char wks[24] = "n/a";
-        if (wk >= 0)
-            snprintf(wks, sizeof wks, "%" PRId64, wk);
-        printf("    %-11s %12.3f %14ld %16s\n", ops->name, c, sw, wks);
-        csv_row("W3", ops->name, n, "cpu_ms", c, 0);
-        csv_row("W3", ops->name, n, "voluntary_switches", (double)sw, 0);
-        if (wk >= 0)
-            csv_row("W3", ops->name, n, "engine_wakeups", (double)wk, 0);
+        csv_row("W3", names[i], n, "voluntary_switches", (double)sw[i], 0);
+        if (wk[i] >= 0)
+            csv_row("W3", names[i], n, "engine_wakeups", (double)wk[i], 0);
     }
 }
 
@@ -1605,6 +1678,28 @@ static double w5_once(int threads, size_t per_thread, uint32_t shards)
     return (double)threads * (double)per_thread / ((double)(t1 - t0) / 1e9);
 }
 
+/* The child's side of a W5 run: prints pairs a second. */
+static int w5_child(int threads, size_t per_thread, uint32_t shards)
+{
+    if (threads < 1 || threads > 64)
+        return 1;
+    double v = w5_once(threads, per_thread, shards);
+    if (!(v > 0))
+        return 1;
+    printf("%.9g\n", v);
+    return 0;
+}
+
+/* One W5 run in a process of its own, as W1's (w1_in_child says why). */
+static double w5_in_child(int threads, size_t per_thread, uint32_t shards)
+{
+    char args[128];
+    snprintf(args, sizeof args, "--w5-child %d %zu %u", threads, per_thread, shards);
+    double v;
+    child_figures(args, &v, 1);
+    return v;
+}
+
 static void run_w5(void)
 {
     if (!available(&be_twheel_threaded) || !selected(cfg.backends, "twheel-thr")) {
@@ -1637,7 +1732,7 @@ static void run_w5(void)
         for (int k = 0; k < reps; k++)
             for (int c = 0; c < 3; c++) {
                 progress("W5 %d threads rep %d...\r", counts[c], k + 1);
-                v[c][k] = w5_once(counts[c], total / (size_t)counts[c], shards);
+                v[c][k] = w5_in_child(counts[c], total / (size_t)counts[c], shards);
             }
         progress("%60s\r", "");
         for (int c = 0; c < 3; c++) {
@@ -1731,38 +1826,74 @@ static double w6_once(const struct backend_ops *ops, const struct w6_input *in, 
     return (t1 - t0) * 1e9 / (double)in->m;
 }
 
-struct w6_ctx {
-    const struct w6_input *in;
-    size_t fired[NBACKENDS]; /* by the back end's place in medians_in_turn */
-};
-
-static double w6_rep(const struct backend_ops *ops, int i, void *ctx)
+/* W6's input for n connections, seeded as every W6 run seeds it. */
+static void w6_make(struct w6_input *in, size_t n)
 {
-    struct w6_ctx *c = ctx;
-    return w6_once(ops, c->in, &c->fired[i]);
-}
-
-static void run_w6(void)
-{
-    struct w6_input in;
-    in.n = cfg.quick ? 100000 : 1000000;
-    in.m = 20 * in.n;
-    in.per_ms = in.n / 2000; /* 0.5 touches a second a connection */
-    int reps = cfg.quick ? 1 : cfg.reps;
-    in.prefill = malloc(in.n * sizeof(uint64_t));
-    in.victims = malloc(in.m * sizeof(uint32_t));
-    if (!in.prefill || !in.victims)
+    in->n = n;
+    in->m = 20 * n;
+    in->per_ms = n / 2000; /* 0.5 touches a second a connection */
+    in->prefill = malloc(in->n * sizeof(uint64_t));
+    in->victims = malloc(in->m * sizeof(uint32_t));
+    if (!in->prefill || !in->victims)
         abort();
     rng_state = 0x1D1Eull;
-    for (size_t k = 0; k < in.n; k++) {
+    for (size_t k = 0; k < in->n; k++) {
         double since;
         do /* time since the last touch: exponential, rate 0.5/s */
             since = -log((double)(rng() >> 11) * 0x1p-53 + 0x1p-54) * 2.0 * (double)SEC;
         while (since >= (double)W6_T);
-        in.prefill[k] = W6_T - (uint64_t)since;
+        in->prefill[k] = W6_T - (uint64_t)since;
     }
-    for (size_t k = 0; k < in.m; k++)
-        in.victims[k] = (uint32_t)uniform(0, in.n);
+    for (size_t k = 0; k < in->m; k++)
+        in->victims[k] = (uint32_t)uniform(0, in->n);
+}
+
+static void w6_free(struct w6_input *in)
+{
+    free(in->prefill);
+    free(in->victims);
+}
+
+/* The child's side of a W6 run: the input made anew, one run; prints ns
+ * per touch and the timers fired. */
+static int w6_child(const char *name, size_t n)
+{
+    const struct backend_ops *ops = find_backend(name);
+    if (!ops)
+        return 1;
+    struct w6_input in;
+    w6_make(&in, n);
+    size_t fired = 0;
+    double ns = w6_once(ops, &in, &fired);
+    printf("%.9g %zu\n", ns, fired);
+    w6_free(&in);
+    return 0;
+}
+
+struct w6_ctx {
+    size_t n;
+    size_t fired[NBACKENDS]; /* by the back end's place in medians_in_turn */
+};
+
+/* One W6 run in a process of its own, as W1's (w1_in_child says why). */
+static double w6_rep(const struct backend_ops *ops, int i, void *ctx)
+{
+    struct w6_ctx *c = ctx;
+    char args[256];
+    snprintf(args, sizeof args, "--w6-child %s %zu %d", ops->name, c->n, bench_huge_pages);
+    double v[2];
+    child_figures(args, v, 2);
+    c->fired[i] = (size_t)v[1];
+    return v[0];
+}
+
+static void run_w6(void)
+{
+    /* the parent needs only the sizes: each child makes the input */
+    struct w6_input in = { .n = cfg.quick ? 100000 : 1000000 };
+    in.m = 20 * in.n;
+    in.per_ms = in.n / 2000;
+    int reps = cfg.quick ? 1 : cfg.reps;
     printf("\nW6 idle timeouts (added with the push in place; not one of the issue's five): "
            "%zu connections, 10 s idle timers, %zu touches (each pushes one to now + 10 s) "
            "over %zu s simulated, advanced 1 ms at a time; ns per touch, advances included "
@@ -1774,7 +1905,7 @@ static void run_w6(void)
         if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
             all_backends[b]->sim_clock)
             be[nb++] = all_backends[b];
-    struct w6_ctx c = { &in, { 0 } };
+    struct w6_ctx c = { in.n, { 0 } };
     struct result r[NBACKENDS];
     medians_in_turn(be, nb, reps, "W6", w6_rep, &c, r);
     for (int i = 0; i < nb; i++) {
@@ -1784,8 +1915,6 @@ static void run_w6(void)
         csv_row("W6", be[i]->name, in.n, "fired", (double)c.fired[i], 0);
     }
     print_ratios("W6", "ns_per_touch", in.n, r, nb, "ns/touch", 1);
-    free(in.prefill);
-    free(in.victims);
 }
 
 /* ---- plots ------------------------------------------------------------ */
@@ -1846,7 +1975,8 @@ static void make_plots(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: twheel-bench [--quick] [--only w1,w1r,floor,w2,w3,w4,w5,w6] [--backends a,b]\n"
+            "usage: twheel-bench [--quick] [--only w1,w1r,floor,w2,w2sim,w3,w4,w5,w6]\n"
+            "                    [--backends a,b]\n"
             "                    [--reps N (1..9, default 3)] [--out PREFIX] [--callgrind N]\n"
             "                    [--callgrind-w2 N]\n"
             "                    [--n N]  (W1 at this N only) [--w2-emptied]\n"
@@ -1864,7 +1994,8 @@ static int is_backend(const char *s, size_t len)
 
 static int is_workload(const char *s, size_t len)
 {
-    static const char *const known[] = { "w1", "w1r", "floor", "w2", "w3", "w4", "w5", "w6" };
+    static const char *const known[] = { "w1", "w1r", "floor", "w2", "w2sim", "w3", "w4", "w5",
+                                         "w6" };
     int ok = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0] && !ok; k++)
         ok = is_name(s, len, known[k]);
@@ -1897,6 +2028,21 @@ int main(int argc, char **argv)
         bench_huge_pages = atoi(argv[7]) != 0;
         return w1_child(argv[2], (size_t)atol(argv[3]), (size_t)atol(argv[4]),
                         atoi(argv[5]) != 0, atoi(argv[6]) != 0);
+    }
+    if (argc == 6 && !strcmp(argv[1], "--w2sim-child")) {
+        cfg.quick = atoi(argv[4]) != 0; /* W2's span (w2_span) */
+        bench_huge_pages = atoi(argv[5]) != 0;
+        return w2sim_child(argv[2], (size_t)atol(argv[3]));
+    }
+    if (argc == 6 && !strcmp(argv[1], "--w3-child")) {
+        bench_huge_pages = atoi(argv[5]) != 0;
+        return w3_child(argv[2], (size_t)atol(argv[3]), (uint64_t)atoll(argv[4]));
+    }
+    if (argc == 5 && !strcmp(argv[1], "--w5-child"))
+        return w5_child(atoi(argv[2]), (size_t)atol(argv[3]), (uint32_t)atoi(argv[4]));
+    if (argc == 5 && !strcmp(argv[1], "--w6-child")) {
+        bench_huge_pages = atoi(argv[4]) != 0;
+        return w6_child(argv[2], (size_t)atol(argv[3]));
     }
     if (argc == 5 && !strcmp(argv[1], "--floor-child"))
         return floor_child(atoi(argv[2]), (size_t)atol(argv[3]), (size_t)atol(argv[4]));
@@ -1999,10 +2145,10 @@ int main(int argc, char **argv)
         run_w1();
     if (selected(cfg.only, "floor") && selected(cfg.backends, "heap"))
         run_floor();
-    if (selected(cfg.only, "w2")) {
+    if (selected(cfg.only, "w2"))
         run_w2();
+    if (selected(cfg.only, "w2") || selected(cfg.only, "w2sim")) /* w2sim: this alone */
         run_w2_sim();
-    }
     if (selected(cfg.only, "w3"))
         run_w3();
     if (selected(cfg.only, "w4"))
