@@ -20,8 +20,9 @@
  *       what a fresh page of memory costs on this host (the
  *       gap between cold and warm, where it is the host's). Then the
  *       same on a simulated clock (1 ms steps, no sleeping; "W2sim",
- *       --only w2sim for this alone): the back end's own work and its longest advance (each the median of
- *       --reps runs), and what one sleep costs.
+ *       --only w2sim for this alone): the back end's own work and its
+ *       longest advance (each the median of --reps runs), and what one
+ *       sleep costs.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU (the median of --reps windows) and wake-ups (the most
  *       in any window), beside the same window slept with no back end
