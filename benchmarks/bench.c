@@ -1290,6 +1290,18 @@ static uint64_t *w2_delays(size_t n)
  * longest single advance (in thread CPU time) is how long a back end
  * keeps due timers waiting while it works (for a wheel whose coarse
  * buckets cascade whole, the tick that cascades one). */
+/* The selected back ends that run on a simulated clock (W2's simulated
+ * runs, W6), into be; returns how many. */
+static int sim_clock_backends(const struct backend_ops **be)
+{
+    int nb = 0;
+    for (size_t b = 0; b < NBACKENDS; b++)
+        if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
+            all_backends[b]->sim_clock)
+            be[nb++] = all_backends[b];
+    return nb;
+}
+
 /* The child's side of one W2 run on a simulated clock: prints CPU s per
  * million, the longest advance (ns) and the timers fired. */
 static int w2sim_child(const char *name, size_t n)
@@ -1351,11 +1363,7 @@ static void run_w2_sim(void)
            reps);
     printf("    %-11s %14s %16s\n", "", "CPU s/million", "longest advance (CPU)");
     const struct backend_ops *be[NBACKENDS];
-    int nb = 0;
-    for (size_t b = 0; b < NBACKENDS; b++)
-        if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
-            all_backends[b]->sim_clock)
-            be[nb++] = all_backends[b];
+    int nb = sim_clock_backends(be);
     struct w2sim_ctx c = { .n = n };
     struct result r[NBACKENDS];
     medians_in_turn(be, nb, reps, "W2 simulated", w2sim_rep, &c, r);
@@ -1901,11 +1909,7 @@ static void run_w6(void)
            "(thread CPU, median of %d)\n",
            in.n, in.m, in.m / in.per_ms / 1000, reps);
     const struct backend_ops *be[NBACKENDS];
-    int nb = 0;
-    for (size_t b = 0; b < NBACKENDS; b++)
-        if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name) &&
-            all_backends[b]->sim_clock)
-            be[nb++] = all_backends[b];
+    int nb = sim_clock_backends(be);
     struct w6_ctx c = { in.n, { 0 } };
     struct result r[NBACKENDS];
     medians_in_turn(be, nb, reps, "W6", w6_rep, &c, r);
