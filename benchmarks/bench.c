@@ -1312,8 +1312,10 @@ static int w2sim_child(const char *name, size_t n)
         return 1;
     uint64_t *delays = w2_delays(n);
     uint64_t base = bench_now_ns();
-    if (open_backend(&be, ops, n + 16))
+    if (open_backend(&be, ops, n + 16)) {
+        free(delays);
         return 1;
+    }
     g_fired = 0; /* g_late is NULL: firings are only counted */
     double a0 = process_cpu();
     uint64_t longest = w2_sim_loop(ops, &be, delays, n, base, 1);
