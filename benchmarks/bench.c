@@ -426,8 +426,8 @@ static int w1_child(const char *name, size_t n, size_t m, int realistic, int rea
     return 0;
 }
 
-/* One W1 (or W1r) run in a fresh process (exec, not just fork), as W2's
- * and W4's. A run in the process of the runs before it inherits their
+/* One W1 (or W1r) run in a fresh process (exec, not just fork), as every
+ * workload's runs are (the others point here for why). A run in the process of the runs before it inherits their
  * leavings: the allocator's free lists and the pages they hold, the
  * kernel's choice of the next pages, and whatever the host does with
  * memory a guest has just freed. On the Zen 5 guest twheel at 10^6 took
@@ -491,9 +491,8 @@ typedef double (*rep_fn)(const struct backend_ops *ops, int i, void *ctx);
  * back end, the two heaps, the hashed wheel and the intrusive model,
  * measured after twheel at 10^6, took 1.4 to 1.6 times as long as in the
  * full run half an hour later, and twheel took the same: 3.78x the heap
- * there, 2.44x then.) W1's runs each take a process of their own
- * (w1_in_child), as W2's do: in one process, a run was moved by the one
- * before it. */
+ * there, 2.44x then.) Every run also takes a process of its own
+ * (w1_in_child): in one process, a run was moved by the one before it. */
 static void medians_in_turn(const struct backend_ops *const *be, int nb, int reps,
                             const char *label, rep_fn once, void *ctx, struct result *r)
 {
