@@ -15,8 +15,9 @@
  *   counters, no delay queue. Cancel unlinks at once (what twheel did
  *   until 2026-11-24);
  * - the same with the unlink deferred (what twheel does now): cancel
- *   prefetches the neighbours and unlinks the task cancelled 16 cancels
- *   before, whose neighbours' lines have come in meanwhile;
+ *   unlinks the task cancelled 16 cancels before, whose own line is in
+ *   the cache by then (until 2026-11-30 it also prefetched the
+ *   neighbours, as twheel's did);
  * - the same with one clock read per add, as the W1+clock loop makes it
  *   (the peers' figures in the issue include one);
  * - the same again with a lock taken and released around each add and
@@ -157,9 +158,11 @@ FL_INLINE void fl_cancel_eager(struct fl *f, uint64_t id)
 }
 
 /* Deferred unlink (twheel's since 2026-11-24; src/wheel.c): cancel marks
- * the entry free (its id refused from now), prefetches its two neighbours
- * and queues it; the unlink is done FL_DEFER cancels later, reading the
- * links as they are then, when the neighbours' lines have come in. */
+ * the entry free (its id refused from now) and queues it; the unlink is
+ * done FL_DEFER cancels later, reading the links as they are then, from
+ * a line that has come in meanwhile. No prefetch of the neighbours, as
+ * twheel's cancel has none since 2026-11-30 (history.md, "The cancel
+ * prefetches nothing"). */
 FL_INLINE void fl_cancel_defer(struct fl *f, uint64_t id)
 {
     uint32_t i = (uint32_t)id, gen = (uint32_t)(id >> 32);
@@ -167,8 +170,6 @@ FL_INLINE void fl_cancel_defer(struct fl *f, uint64_t id)
     if (i >= f->used || e[i].gen != gen)
         return;
     e[i].gen = gen + 3;
-    __builtin_prefetch(&e[e[i].prev], 1);
-    __builtin_prefetch(&e[e[i].next], 1);
     uint32_t old = f->ring[f->rpos];
     f->ring[f->rpos] = i;
     f->rpos = (f->rpos + 1) & (FL_DEFER - 1);

@@ -344,8 +344,9 @@ TW_API int tw_deadline(tw_timer *t, tw_id id, uint64_t *deadline_ns);
  * stale, and the task gone from tw_pending, tw_next_deadline and every
  * other call, at once; the slot of a plain task goes back to be reused
  * 16 cancels later (or when the timer next fires, drains or needs it):
- * its unlink waits so that its neighbours' cache lines can come in
- * meanwhile. A timer thus holds up to 16 slots (36 bytes each) per shard
+ * its unlink waits until its own cache line, which the cancel reads, is
+ * in, so that the writes to its neighbours never wait on it. A timer
+ * thus holds up to 16 slots (36 bytes each) per shard
  * beyond its pending tasks. */
 TW_API int tw_cancel(tw_timer *t, tw_id id);
 

@@ -112,15 +112,21 @@
  *
  * Deferred unlink. With a million timers pending, the task a cancel names
  * is a random line of the pool and so are its two neighbours: three cache
- * misses, the last two stores that wait for the first. So a plain cancel
- * makes the id stale at once (the generation moves on: any later use of it
- * is refused) and counts the task gone, but leaves it linked: it
- * prefetches both neighbours and puts the slot in a ring of TW__DEFER
- * (16); the unlink, and the slot's return to the free list, is done by
- * the cancel TW__DEFER later, when the neighbours' lines have come in,
- * reading the links as they are then (a neighbour unlinked meanwhile has
- * already been stepped over). W1 at 10^6, A/B: 15% less time a pair in
- * manual mode, 29% threaded (benchmarks/results/history.md). Until then
+ * misses, the last two stores whose addresses wait for the first. So a
+ * plain cancel makes the id stale at once (the generation moves on: any
+ * later use of it is refused) and counts the task gone, but leaves it
+ * linked: it puts the slot in a ring of TW__DEFER (16); the unlink, and
+ * the slot's return to the free list, is done by the cancel TW__DEFER
+ * later, reading the links as they are then (a neighbour unlinked
+ * meanwhile has already been stepped over). By then the task's own line,
+ * which its cancel read, is in the cache: the two stores have their
+ * addresses at once and wait for their lines in the store buffer, off
+ * the path of the loads that follow. W1 at 10^6, A/B: 15% less time a
+ * pair in manual mode, 29% threaded (benchmarks/results/history.md).
+ * The cancel also prefetched both neighbours until 2026-11-30: without
+ * the prefetches, W1 took 16% less again at 10^6 and 19% at 10^5 on a
+ * Zen 5 guest, threaded W1 the same within noise (history.md, "The
+ * cancel prefetches nothing"). Until then
  * the dead task sits in its list, and every reader of the lists or the
  * queue that would take it for a live one settles first
  * (tw__engine_settle: all of them unlinked, oldest first): a collection,
@@ -135,10 +141,10 @@
  * its slots back first, so that a cancel always makes room. A cancel that
  * wraps a slot's generation retires it at once instead. tw_check checks
  * the ring and counts its tasks apart. Cost: up to 16 slots a shard held
- * a little longer, and ~17 instructions a W1 pair (141 -> 158), which hot
- * caches do not repay: ~1-2 ns more a pair where the task is recent (W1r)
- * or the timer small (W1 at 10^4), and nothing gained where each add
- * reads the clock in manual mode (W1+clock).
+ * a little longer, and ~13 instructions a W1 pair (141 -> 154). With the
+ * prefetches, hot caches did not repay them (~1-2 ns more a pair where
+ * the task is recent, W1r, or the timer small, W1 at 10^4); without,
+ * those rows ran no slower.
  *
  * Pushing a deadline later. An idle timeout is pushed back at every
  * request on its connection, many times for each time it could fire.
