@@ -346,8 +346,8 @@ TW_API int tw_deadline(tw_timer *t, tw_id id, uint64_t *deadline_ns);
  * 16 cancels later (or when the timer next fires, drains or needs it):
  * its unlink waits until its own cache line, which the cancel reads, is
  * in, so that the writes to its neighbours never wait on it. A timer
- * thus holds up to 16 slots (36 bytes each) per shard
- * beyond its pending tasks. */
+ * thus holds up to 16 slots (36 bytes each) per shard beyond its
+ * pending tasks. */
 TW_API int tw_cancel(tw_timer *t, tw_id id);
 
 /* Schedules a task under a key (a byte string, copied). A pending task

@@ -126,7 +126,7 @@
  * The cancel also prefetched both neighbours until 2026-11-30: without
  * the prefetches, W1 took 16% less again at 10^6 and 19% at 10^5 on a
  * Zen 5 guest, threaded W1 the same within noise (history.md, "The
- * cancel prefetches nothing"). Until then
+ * cancel prefetches nothing"). Until its unlink
  * the dead task sits in its list, and every reader of the lists or the
  * queue that would take it for a live one settles first
  * (tw__engine_settle: all of them unlinked, oldest first): a collection,
@@ -142,9 +142,9 @@
  * wraps a slot's generation retires it at once instead. tw_check checks
  * the ring and counts its tasks apart. Cost: up to 16 slots a shard held
  * a little longer, and ~13 instructions a W1 pair (141 -> 154). With the
- * prefetches, hot caches did not repay them (~1-2 ns more a pair where
- * the task is recent, W1r, or the timer small, W1 at 10^4); without,
- * those rows ran no slower.
+ * prefetches (17 then), a pair took ~1-2 ns more where the caches are
+ * hot (the task recent, W1r, or the timer small, W1 at 10^4) than with
+ * an eager unlink; without them, those rows ran faster than with them.
  *
  * Pushing a deadline later. An idle timeout is pushed back at every
  * request on its connection, many times for each time it could fire.
