@@ -18,6 +18,16 @@
  * woken thread takes the lock with 2 again, as it cannot know whether
  * others still sleep (a spare wake at worst, never a lost one).
  *
+ * Known cost: the unlock's exchange is a locked instruction, a full
+ * barrier on x86, because it must read the word it clears. Measured on
+ * the Zen 5 guest, that is ~11 ns of a threaded schedule + cancel pair
+ * with the tasks in the cache and 50 to 60 ns at 10^6 pending. A plain
+ * store instead loses a wake-up unless the waiter pays the barrier
+ * (membarrier: 3.5x slower when one shard is contended there) or
+ * bounds its sleep (lost wake-ups then common under contention); both
+ * tried, neither kept (benchmarks/results/history.md, "An unlock
+ * without a locked instruction").
+ *
  * Never held across user code or a sleep (the driver sleeps on its own
  * mutex and condition variable): a plain mutex is all the shards need.
  * Not recursive, no owner check. Memory order: acquire on taking, release
