@@ -1631,7 +1631,16 @@ struct w5_arg {
     tw_timer *t;
     size_t ops;
     uint64_t seed;
+    uint64_t stall; /* out: the longest this thread took over W5_STRIDE pairs, ns */
 };
+
+/* W5 reads the clock once every W5_STRIDE pairs (a few ns a pair), to
+ * find the longest any thread went without finishing that many: a lock
+ * that lets one thread sleep while another runs alone can raise the pairs
+ * a second and still leave a caller waiting a long time, which the total
+ * does not show. (With more threads than CPUs, the scheduler's time slices
+ * show here too.) */
+#define W5_STRIDE 256u
 
 static void w5_noop(tw_timer *t, tw_id id, void *arg)
 {
@@ -1645,8 +1654,14 @@ static void *w5_thread(void *p)
     struct w5_arg *a = p;
     enum { WINDOW = 1024 };
     tw_id ids[WINDOW] = { 0 };
-    uint64_t x = a->seed;
+    uint64_t x = a->seed, last = bench_now_ns(), stall = 0;
     for (size_t i = 0; i < a->ops; i++) {
+        if (i % W5_STRIDE == W5_STRIDE - 1) {
+            uint64_t now = bench_now_ns();
+            if (now - last > stall)
+                stall = now - last;
+            last = now;
+        }
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
@@ -1658,10 +1673,13 @@ static void *w5_thread(void *p)
     for (size_t k = 0; k < WINDOW; k++)
         if (ids[k])
             tw_cancel(a->t, ids[k]);
+    a->stall = stall;
     return NULL;
 }
 
-static double w5_once(int threads, size_t per_thread, uint32_t shards)
+/* One W5 run: returns pairs a second (0 on failure), and the longest
+ * stall of any thread (w5_arg) in *stall. */
+static double w5_once(int threads, size_t per_thread, uint32_t shards, uint64_t *stall)
 {
     struct tw_options o;
     tw_options_init(&o);
@@ -1677,37 +1695,45 @@ static double w5_once(int threads, size_t per_thread, uint32_t shards)
     struct w5_arg args[64];
     uint64_t t0 = bench_now_ns();
     for (int k = 0; k < threads; k++) {
-        args[k] = (struct w5_arg){ t, per_thread, 0x1234567ull * (uint64_t)(k + 1) };
+        args[k] = (struct w5_arg){ t, per_thread, 0x1234567ull * (uint64_t)(k + 1), 0 };
         pthread_create(&th[k], NULL, w5_thread, &args[k]);
     }
     for (int k = 0; k < threads; k++)
         pthread_join(th[k], NULL);
     uint64_t t1 = bench_now_ns();
     tw_destroy(t);
+    *stall = 0;
+    for (int k = 0; k < threads; k++)
+        if (args[k].stall > *stall)
+            *stall = args[k].stall;
     /* an operation = one schedule + one cancel */
     return (double)threads * (double)per_thread / ((double)(t1 - t0) / 1e9);
 }
 
-/* The child's side of a W5 run: prints pairs a second. */
+/* The child's side of a W5 run: prints pairs a second and the longest
+ * stall in ms. */
 static int w5_child(int threads, size_t per_thread, uint32_t shards)
 {
     if (threads < 1 || threads > 64)
         return 1;
-    double v = w5_once(threads, per_thread, shards);
+    uint64_t stall;
+    double v = w5_once(threads, per_thread, shards, &stall);
     if (!(v > 0))
         return 1;
-    printf("%.9g\n", v);
+    printf("%.9g %.6f\n", v, (double)stall / 1e6);
     return 0;
 }
 
-/* One W5 run in a process of its own, as W1's (w1_in_child says why). */
-static double w5_in_child(int threads, size_t per_thread, uint32_t shards)
+/* One W5 run in a process of its own, as W1's (w1_in_child says why):
+ * pairs a second, and the longest stall in ms in *stall_ms. */
+static double w5_in_child(int threads, size_t per_thread, uint32_t shards, double *stall_ms)
 {
     char args[128];
     snprintf(args, sizeof args, "--w5-child %d %zu %u", threads, per_thread, shards);
-    double v;
-    child_figures(args, &v, 1);
-    return v;
+    double v[2];
+    child_figures(args, v, 2);
+    *stall_ms = v[1];
+    return v[0];
 }
 
 static void run_w5(void)
@@ -1728,7 +1754,9 @@ static void run_w5(void)
     size_t total = cfg.quick ? 400000 : 8000000;
     int reps = cfg.quick ? 1 : cfg.reps;
     printf("\nW5 producers: threads scheduling + cancelling through the threaded API "
-           "(%zu pairs in all, wall time, median of %d)\n", total, reps);
+           "(%zu pairs in all, wall time, median of %d)\n"
+           "  longest stall: the longest any thread took over %u pairs, in any run\n",
+           total, reps, W5_STRIDE);
     /* The default shards (each thread on its own lock, mostly), then one
      * shard: every thread on one lock, the worst case for contention. */
     static const uint32_t shard_counts[] = { 0, 1 };
@@ -1739,10 +1767,14 @@ static void run_w5(void)
                       : "  default shards (four per CPU)\n");
         double base = 0, two = 0;
         double v[3][9]; /* the counts' runs in turn, as W1's (medians_in_turn) */
+        double stall[3] = { 0 }; /* the longest of any run, ms */
         for (int k = 0; k < reps; k++)
             for (int c = 0; c < 3; c++) {
                 progress("W5 %d threads rep %d...\r", counts[c], k + 1);
-                v[c][k] = w5_in_child(counts[c], total / (size_t)counts[c], shards);
+                double st;
+                v[c][k] = w5_in_child(counts[c], total / (size_t)counts[c], shards, &st);
+                if (st > stall[c])
+                    stall[c] = st;
             }
         progress("%60s\r", "");
         for (int c = 0; c < 3; c++) {
@@ -1751,13 +1783,14 @@ static void run_w5(void)
                 base = m;
             if (counts[c] == 2)
                 two = m;
-            printf("    %d thread%s %12.2f M pairs/s   %.2fx one thread\n", counts[c],
-                   counts[c] > 1 ? "s" : " ", m / 1e6, m / base);
+            printf("    %d thread%s %12.2f M pairs/s   %.2fx one thread   longest stall %7.3f ms\n",
+                   counts[c], counts[c] > 1 ? "s" : " ", m / 1e6, m / base, stall[c]);
             if (counts[c] == 8 && two > 0)
                 printf("              8 threads / 2 threads = %.2fx\n", m / two);
             char name[32];
             snprintf(name, sizeof name, shards ? "%d-threads-1-shard" : "%d-threads", counts[c]);
             csv_row("W5", name, (uint64_t)counts[c], "pairs_per_s", m, m / base);
+            csv_row("W5", name, (uint64_t)counts[c], "longest_stall_ms", stall[c], 0);
         }
     }
 }
