@@ -1634,7 +1634,7 @@ struct w5_arg {
     uint64_t stall; /* out: the longest this thread took over W5_STRIDE pairs, ns */
 };
 
-/* W5 reads the clock once every W5_STRIDE pairs (a few ns a pair), to
+/* W5 reads the clock once every W5_STRIDE pairs (~0.1 ns a pair), to
  * find the longest any thread went without finishing that many: a lock
  * that lets one thread sleep while another runs alone can raise the pairs
  * a second and still leave a caller waiting a long time, which the total

@@ -22,12 +22,12 @@
  * barrier on x86, because it must read the word it clears. Measured on
  * the Zen 5 guest, that is ~11 ns of a threaded schedule + cancel pair
  * with the tasks in the cache and 50 to 60 ns at 10^6 pending. A plain
- * store instead can lose a wake-up, unless the waiter pays the barrier
- * (membarrier: 3.5x slower there when one shard is contended) or bounds
- * its sleep (a lost wake-up then costs up to that bound, in a race no
- * figure could show to be rare); both tried, neither kept
- * (benchmarks/results/history.md, "An unlock without a locked
- * instruction").
+ * store instead can lose a wake-up, unless the waiter pays the
+ * barrier (membarrier: a contended shard a quarter as fast there, at
+ * worst) or bounds its sleep (a lost wake-up then costs up to that
+ * bound, in a race no figure could show to be rare); both tried,
+ * neither kept (benchmarks/results/history.md, "An unlock without a
+ * locked instruction").
  *
  * Never held across user code or a sleep (the driver sleeps on its own
  * mutex and condition variable): a plain mutex is all the shards need.
