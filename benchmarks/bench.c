@@ -1681,6 +1681,7 @@ static void *w5_thread(void *p)
  * stall of any thread (w5_arg) in *stall. */
 static double w5_once(int threads, size_t per_thread, uint32_t shards, uint64_t *stall)
 {
+    *stall = 0;
     struct tw_options o;
     tw_options_init(&o);
     o.threaded = 1;
@@ -1702,7 +1703,6 @@ static double w5_once(int threads, size_t per_thread, uint32_t shards, uint64_t 
         pthread_join(th[k], NULL);
     uint64_t t1 = bench_now_ns();
     tw_destroy(t);
-    *stall = 0;
     for (int k = 0; k < threads; k++)
         if (args[k].stall > *stall)
             *stall = args[k].stall;
