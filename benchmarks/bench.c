@@ -53,8 +53,10 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1736,6 +1738,98 @@ static double w5_in_child(int threads, size_t per_thread, uint32_t shards, doubl
     return v[0];
 }
 
+/* One cache line's round trip between two CPUs: two threads pinned to the
+ * first two CPUs this process may use pass a counter back and forth
+ * through one line, and this is the time a round (two transfers of the
+ * line) takes, the median of three runs of `rounds`. On one shard, W5's
+ * threads pass the lock's and the wheel's lines between the CPUs on
+ * nearly every operation, so those rows follow this figure, and a guest
+ * can see it change within minutes as the host places its vCPUs
+ * (results/history.md, "One contended shard follows the host"). Returns
+ * the ns, or -1 with fewer than two CPUs or no way to pin a thread. Only
+ * the two threads are pinned, never the caller: W5's children inherit
+ * its mask. */
+struct rt_side {
+    unsigned rounds;
+    double ns; /* out, the pinging side */
+};
+static struct {
+    _Alignas(64) _Atomic unsigned long seq;
+} rt_line;
+static _Alignas(64) _Atomic int rt_stop; /* a line of its own, read-only while timed */
+
+static void *rt_echo(void *p)
+{
+    struct rt_side *a = p;
+    for (unsigned long i = 1; i <= a->rounds; i++) {
+        while (atomic_load_explicit(&rt_line.seq, memory_order_acquire) != 2 * i - 1)
+            if (atomic_load_explicit(&rt_stop, memory_order_relaxed))
+                return NULL;
+        atomic_store_explicit(&rt_line.seq, 2 * i, memory_order_release);
+    }
+    return NULL;
+}
+
+static void *rt_ping(void *p)
+{
+    struct rt_side *a = p;
+    uint64_t t0 = bench_now_ns();
+    for (unsigned long i = 1; i <= a->rounds; i++) {
+        atomic_store_explicit(&rt_line.seq, 2 * i - 1, memory_order_release);
+        while (atomic_load_explicit(&rt_line.seq, memory_order_acquire) != 2 * i)
+            ;
+    }
+    a->ns = (double)(bench_now_ns() - t0) / a->rounds;
+    return NULL;
+}
+
+/* A thread created on one CPU (pthread_create fails if it cannot be). */
+static int rt_start(pthread_t *th, int cpu, void *(*fn)(void *), struct rt_side *side)
+{
+    pthread_attr_t at;
+    if (pthread_attr_init(&at))
+        return -1;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    int rc = pthread_attr_setaffinity_np(&at, sizeof one, &one);
+    if (!rc)
+        rc = pthread_create(th, &at, fn, side);
+    pthread_attr_destroy(&at);
+    return rc ? -1 : 0;
+}
+
+static double line_round_trip_ns(unsigned rounds)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed))
+        return -1;
+    int cpu[2], found = 0;
+    for (int k = 0; k < CPU_SETSIZE && found < 2; k++)
+        if (CPU_ISSET(k, &allowed))
+            cpu[found++] = k;
+    if (found < 2)
+        return -1;
+    double v[3];
+    for (int r = 0; r < 3; r++) {
+        struct rt_side ping = { rounds, 0 }, echo = { rounds, 0 };
+        atomic_store(&rt_line.seq, 0);
+        atomic_store(&rt_stop, 0);
+        pthread_t te, tp;
+        if (rt_start(&te, cpu[1], rt_echo, &echo))
+            return -1;
+        if (rt_start(&tp, cpu[0], rt_ping, &ping)) {
+            atomic_store(&rt_stop, 1); /* the echo would wait for ever */
+            pthread_join(te, NULL);
+            return -1;
+        }
+        pthread_join(tp, NULL);
+        pthread_join(te, NULL);
+        v[r] = ping.ns;
+    }
+    return median(v, 3);
+}
+
 static void run_w5(void)
 {
     if (!available(&be_twheel_threaded) || !selected(cfg.backends, "twheel-thr")) {
@@ -1765,6 +1859,8 @@ static void run_w5(void)
         uint32_t shards = shard_counts[s];
         printf(shards ? "  one shard (every thread on one lock)\n"
                       : "  default shards (four per CPU)\n");
+        unsigned rt_rounds = cfg.quick ? 20000 : 200000;
+        double rt_before = shards ? line_round_trip_ns(rt_rounds) : 0;
         double base = 0, two = 0;
         double v[3][9]; /* the counts' runs in turn, as W1's (medians_in_turn) */
         double stall[3] = { 0 }; /* the longest of any run, ms */
@@ -1791,6 +1887,19 @@ static void run_w5(void)
             snprintf(name, sizeof name, shards ? "%d-threads-1-shard" : "%d-threads", counts[c]);
             csv_row("W5", name, (uint64_t)counts[c], "pairs_per_s", m, m / base);
             csv_row("W5", name, (uint64_t)counts[c], "longest_stall_ms", stall[c], 0);
+        }
+        if (shards) {
+            double rt_after = line_round_trip_ns(rt_rounds);
+            if (rt_before > 0 && rt_after > 0) {
+                printf("    one cache line's round trip between two CPUs: %.1f ns before these "
+                       "runs, %.1f after\n",
+                       rt_before, rt_after);
+                csv_row("W5", "line-round-trip", 2, "ns_before", rt_before, 0);
+                csv_row("W5", "line-round-trip", 2, "ns_after", rt_after, 0);
+            } else {
+                printf("    one cache line's round trip between two CPUs: not measured "
+                       "(fewer than two CPUs, or no way to pin a thread)\n");
+            }
         }
     }
 }

@@ -500,7 +500,8 @@ TW_API unsigned tw_version(void);
  * shard at once (with shards = 1, say) take turns at its lock and pass
  * its cache lines between the CPUs on every operation: in twheel-bench's
  * W5 on one shard, two threads made 0.09x to 0.41x of one thread's
- * operations a second, depending on the host. Keep the default shards. A
+ * operations a second, by host (on one guest, with the time a cache line
+ * took to pass between its two CPUs). Keep the default shards. A
  * threaded schedule reads the clock itself (delays count from the clock,
  * not from the driver's last pass). The driver sleeps until the earliest
  * occupied bucket and never wakes for an empty tick; with nothing due
