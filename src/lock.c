@@ -28,12 +28,21 @@ static void futex(_Atomic uint32_t *addr, int op, uint32_t val)
     (void)syscall(SYS_futex, addr, op, val, NULL, NULL, 0);
 }
 
+/* The spin goes on while others sleep (the word is 2), as glibc's adaptive
+ * mutex's does: taking a free word with 1 then is safe, because a woken
+ * sleeper always takes the word back with 2 (below), so the sleepers it
+ * leaves are still woken by its unlock. Stopping at 2, to queue behind the
+ * sleepers, made the contended lock's sleeping path run all the time: once
+ * a thread has slept the word stays 2, and every waiter went to the kernel
+ * at once (W5, two threads on one shard in its slow mode: 3.3 to 4.2
+ * million futex calls per 8 million pairs, 1.23 to 1.60 M pairs a second;
+ * spinning on, 1.9 to 2.4 million and 1.63 to 2.01; level where the host
+ * passes lines quickly: benchmarks/results/history.md, "One contended
+ * shard follows the host"). */
 void tw__lock_wait(struct tw__lock *l)
 {
     for (int i = 0; i < SPINS; i++) {
         uint32_t v = atomic_load_explicit(&l->v, memory_order_relaxed);
-        if (v == 2) /* others sleep already: queue behind them */
-            break;
         if (v == 0 && atomic_compare_exchange_weak_explicit(
                           &l->v, &v, 1, memory_order_acquire, memory_order_relaxed))
             return;

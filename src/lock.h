@@ -12,11 +12,13 @@
  *   v == 0: free; 1: held, no waiter; 2: held, and a thread may sleep on it.
  *
  * A contended lock spins a little first (as glibc's adaptive mutex, which
- * this replaces, did): the holder's critical section is short, and a
- * futex sleep and wake cost microseconds. A waiter that sleeps sets 2, so
- * the unlock that sees 2 makes the one futex call that wakes it; every
- * woken thread takes the lock with 2 again, as it cannot know whether
- * others still sleep (a spare wake at worst, never a lost one).
+ * this replaces, did), even while others sleep: the holder's critical
+ * section is short, and a futex sleep and wake cost microseconds. A
+ * waiter that sleeps sets 2, so the unlock that sees 2 makes the one
+ * futex call that wakes it; every woken thread takes the lock with 2
+ * again, as it cannot know whether others still sleep (a spare wake at
+ * worst, never a lost one). A spinner may take the lock before a woken
+ * sleeper does: no order is kept among waiters.
  *
  * Known cost: the unlock's exchange is a locked instruction, a full
  * barrier on x86, because it must read the word it clears. Measured on
