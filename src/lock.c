@@ -35,10 +35,10 @@ static void futex(_Atomic uint32_t *addr, int op, uint32_t val)
  * sleepers, made the contended lock's sleeping path run all the time: once
  * a thread has slept the word stays 2, and every waiter went to the kernel
  * at once (W5, two threads on one shard in its slow mode: 3.3 to 4.2
- * million futex calls per 8 million pairs, 1.23 to 1.60 M pairs a second;
- * spinning on, 1.9 to 2.4 million and 1.63 to 2.01; level where the host
- * passes lines quickly: benchmarks/results/history.md, "One contended
- * shard follows the host"). */
+ * million futex calls per 8 million pairs, a median of 1.38 M pairs a
+ * second over 30 runs; spinning on, 1.9 to 2.4 million and 1.79; level
+ * where the host passes lines quickly: benchmarks/results/history.md,
+ * "One contended shard follows the host"). */
 void tw__lock_wait(struct tw__lock *l)
 {
     for (int i = 0; i < SPINS; i++) {
