@@ -29,10 +29,12 @@ static void futex(_Atomic uint32_t *addr, int op, uint32_t val)
 }
 
 /* The spin goes on while others sleep (the word is 2), as glibc's adaptive
- * mutex's does. Taking a free word with 1 then is safe: the word is free
- * only after an unlock, which, having seen 2, woke a sleeper, and that
- * thread takes the word back with 2 when it runs (below), so any sleepers
- * still left are woken in turn. Stopping at 2, to queue behind the
+ * mutex's does. Taking a free word with 1 then is safe: the word leaves 2
+ * only through an unlock that saw 2 and so woke a sleeper, and a woken
+ * thread sets 2 again when it runs (below), whether it takes the lock or
+ * sleeps once more. So while anyone sleeps, the word is 2 or a woken
+ * thread is on its way to make it 2, and the sleepers left are woken in
+ * turn. Stopping at 2, to queue behind the
  * sleepers, made the contended lock's sleeping path run all the time: once
  * a thread has slept the word stays 2, and every waiter went to the kernel
  * at once (W5, two threads on one shard in its slow mode: 3.3 to 4.2
