@@ -2,13 +2,15 @@
  * under contention (threads adding to a plain counter: a lost update, or
  * under ThreadSanitizer a race, if it failed), and each state of its word
  * reached on purpose: free and held, then a waiter that has announced it
- * sleeps (2), which the release must wake. No test waits on a timer: the
- * sleeper's announcement is watched for. Linked against the static
+ * sleeps (2), is seen asleep in the kernel (not spinning), and which the
+ * release must wake. No test waits on a timer: the sleeper's announcement
+ * and its thread's state are watched for. Linked against the static
  * library, whose lock.c it tests. */
 #include "helpers.h"
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 
 #include "lock.h"
 
@@ -78,13 +80,31 @@ static void test_excludes(void **state)
 #ifdef __linux__
 struct handoff {
     struct tw__lock lock;
-    int written; /* by the holder, before its release */
-    int seen;    /* by the waiter, once it has the lock */
+    int written;      /* by the holder, before its release */
+    int seen;         /* by the waiter, once it has the lock */
+    _Atomic long tid; /* the waiter's thread id, set before it waits */
 };
+
+/* The scheduler's state of thread tid of this process ('R' running or
+ * runnable, 'S' asleep, ...), from /proc; 0 if it cannot be read. */
+static char thread_state(long tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *e = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+    return e && e[1] == ' ' ? e[2] : 0;
+}
 
 static void *waiter(void *p)
 {
     struct handoff *h = p;
+    atomic_store(&h->tid, (long)syscall(SYS_gettid));
     tw__lock(&h->lock); /* held by the test: spins, then sleeps */
     h->seen = h->written;
     tw__unlock(&h->lock);
@@ -96,7 +116,7 @@ static void test_sleeper_is_woken(void **state)
 {
     (void)state;
 #ifdef __linux__
-    struct handoff h = { .written = 0, .seen = 0 };
+    struct handoff h = { .written = 0, .seen = 0, .tid = 0 };
     assert_int_equal(tw__lock_init(&h.lock), 0);
     tw__lock(&h.lock);
     pthread_t th;
@@ -105,6 +125,15 @@ static void test_sleeper_is_woken(void **state)
      * must the release wake it. */
     while (word(&h.lock) != 2)
         sched_yield();
+    /* ... and sleeps in the kernel, rather than spinning on: a waiter that
+     * never slept would burn a CPU for as long as a holder keeps the lock
+     * (a holder the host has preempted, say). Its thread must come to the
+     * state 'S'; the bound (10 s) is for the slowest build, not a timing. */
+    char st = 0;
+    for (int i = 0; i < 10000 && (st = thread_state(atomic_load(&h.tid))) != 'S'; i++)
+        nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+    assert_int_equal(st, 'S');
+    assert_int_equal(word(&h.lock), 2); /* asleep, still announced */
     h.written = 1;
     tw__unlock(&h.lock); /* sees 2: wakes the waiter */
     pthread_join(th, NULL);
