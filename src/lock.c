@@ -32,16 +32,15 @@ static void futex(_Atomic uint32_t *addr, int op, uint32_t val)
  * mutex's does. Taking a free word with 1 then is safe: the word leaves 2
  * only through an unlock that saw 2 and so woke a sleeper, and a woken
  * thread sets 2 again when it runs (below), whether it takes the lock or
- * sleeps once more. So while anyone sleeps, the word is 2 or a woken
- * thread is on its way to make it 2, and the sleepers left are woken in
- * turn. Stopping at 2, to queue behind the
- * sleepers, made the contended lock's sleeping path run all the time: once
- * a thread has slept the word stays 2, and every waiter went to the kernel
- * at once (W5, two threads on one shard in its slow mode: 3.3 to 4.2
- * million futex calls per 8 million pairs, a median of 1.38 M pairs a
- * second over 30 runs; spinning on, 1.9 to 2.4 million and 1.79; level
- * where the host passes lines quickly: benchmarks/results/history.md,
- * "One contended shard follows the host"). */
+ * sleeps once more. So while anyone sleeps, the word is 2 or a woken thread
+ * is on its way to make it 2, and the sleepers left are woken in turn.
+ * Stopping at 2, to queue behind the sleepers, made the contended lock's
+ * sleeping path run all the time: once a thread has slept the word stays 2,
+ * and every waiter went to the kernel at once (W5, two threads on one shard
+ * in its slow mode: 3.3 to 4.2 million futex calls per 8 million pairs, a
+ * median of 1.38 M pairs a second over 30 runs; spinning on, 1.9 to 2.4
+ * million and 1.79; level where the host passes lines quickly:
+ * benchmarks/results/history.md, "One contended shard follows the host"). */
 void tw__lock_wait(struct tw__lock *l)
 {
     for (int i = 0; i < SPINS; i++) {

@@ -129,10 +129,17 @@ static void test_sleeper_is_woken(void **state)
      * never slept would burn a CPU for as long as a holder keeps the lock
      * (a holder the host has preempted, say). Its thread must come to the
      * state 'S'; the bound (10 s) is for the slowest build, not a timing. */
-    char st = 0;
-    for (int i = 0; i < 10000 && (st = thread_state(atomic_load(&h.tid))) != 'S'; i++)
-        nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
-    assert_int_equal(st, 'S');
+    char st = thread_state(atomic_load(&h.tid));
+    if (st == 0) {
+        /* no /proc here (a chroot, say): the rest of the test still runs */
+        print_message("no /proc/self/task: the waiter's sleep is not checked\n");
+    } else {
+        for (int i = 0; i < 10000 && st != 'S'; i++) {
+            nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+            st = thread_state(atomic_load(&h.tid));
+        }
+        assert_int_equal(st, 'S');
+    }
     assert_int_equal(word(&h.lock), 2); /* asleep, still announced */
     h.written = 1;
     tw__unlock(&h.lock); /* sees 2: wakes the waiter */
