@@ -63,6 +63,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2069,6 +2070,45 @@ static void run_w6(void)
 
 /* Plots what this run measured (a file left by an earlier run is not
  * plotted): the W1 sweep and W2's cold lateness. */
+/* One line naming the host, so that every full run's output says what kind
+ * of machine made it: the figures move with the host (a page fault cost
+ * 1.5 us on one AMD EPYC guest and 12 us on another), and earlier runs
+ * that did not write the CPU down could only be matched by such costs. */
+static void print_host(void)
+{
+    char model[128] = "", family[16] = "", mnum[16] = "", line[512];
+    int guest = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        if (!v)
+            continue;
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        if (!model[0] && !strncmp(line, "model name", 10))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!family[0] && !strncmp(line, "cpu family", 10))
+            snprintf(family, sizeof family, "%s", v);
+        else if (!mnum[0] && !strncmp(line, "model\t", 6))
+            snprintf(mnum, sizeof mnum, "%s", v);
+        else if (!strncmp(line, "flags", 5) && strstr(v, " hypervisor"))
+            guest = 1;
+        if (!strncmp(line, "flags", 5))
+            break; /* the first CPU's lines are enough */
+    }
+    if (f)
+        fclose(f);
+    struct utsname u;
+    if (uname(&u) != 0)
+        snprintf(u.sysname, sizeof u.sysname, "kernel unknown"), u.release[0] = 0;
+    printf("host: %s", model[0] ? model : "CPU unknown");
+    if (family[0])
+        printf(" (family %s, model %s)", family, mnum[0] ? mnum : "?");
+    printf(", %ld CPUs online, %s %s\n", sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release);
+    if (guest)
+        printf("  a virtual machine (the CPU's hypervisor flag): the host's other guests share its caches and DRAM\n");
+}
+
 static void make_plots(void)
 {
     if (!cfg.plot_w1 && !cfg.plot_w2)
@@ -2286,6 +2326,7 @@ int main(int argc, char **argv)
     if (at_selected())
         printf("  %-11s %s\n", be_twheel_threaded_at.name, be_twheel_threaded_at.about);
     printf("ratios are to the heap in this run; tick 1 ms for the wheels\n");
+    print_host();
     if (bench_huge_pages)
         printf("manual twheel asks for huge pages (--huge-pages: tw_options.huge_pages = 1)\n");
 
