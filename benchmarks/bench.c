@@ -2099,8 +2099,10 @@ static void print_host(void)
     if (f)
         fclose(f);
     struct utsname u;
-    if (uname(&u) != 0)
-        snprintf(u.sysname, sizeof u.sysname, "kernel unknown"), u.release[0] = 0;
+    if (uname(&u) != 0) {
+        snprintf(u.sysname, sizeof u.sysname, "kernel unknown");
+        u.release[0] = 0;
+    }
     printf("host: %s", model[0] ? model : "CPU unknown");
     if (family[0])
         printf(" (family %s, model %s)", family, mnum[0] ? mnum : "?");
