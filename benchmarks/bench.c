@@ -2068,8 +2068,6 @@ static void run_w6(void)
 
 /* ---- plots ------------------------------------------------------------ */
 
-/* Plots what this run measured (a file left by an earlier run is not
- * plotted): the W1 sweep and W2's cold lateness. */
 /* One line naming the host, so that every full run's output says what kind
  * of machine made it: the figures move with the host (a page fault cost
  * 1.5 us on one AMD EPYC guest and 12 us on another), and earlier runs
@@ -2111,6 +2109,8 @@ static void print_host(void)
         printf("  a virtual machine (the CPU's hypervisor flag): the host's other guests share its caches and DRAM\n");
 }
 
+/* Plots what this run measured (a file left by an earlier run is not
+ * plotted): the W1 sweep and W2's cold lateness. */
 static void make_plots(void)
 {
     if (!cfg.plot_w1 && !cfg.plot_w2)

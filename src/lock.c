@@ -40,7 +40,11 @@ static void futex(_Atomic uint32_t *addr, int op, uint32_t val)
  * in its slow mode: 3.3 to 4.2 million futex calls per 8 million pairs, a
  * median of 1.38 M pairs a second over 30 runs; spinning on, 1.9 to 2.4
  * million and 1.79; level where the host passes lines quickly:
- * benchmarks/results/history.md, "One contended shard follows the host"). */
+ * benchmarks/results/history.md, "One contended shard follows the host").
+ * Not a gain on every host: on a Zen 4 guest's slow mode two threads made
+ * a fifth less with it (2.69 against 3.39) and eight a seventh more, their
+ * longest stall 29 ms against 10 (history.md, "The lock's spin on the Zen
+ * 4 guest"). */
 void tw__lock_wait(struct tw__lock *l)
 {
     for (int i = 0; i < SPINS; i++) {
