@@ -125,8 +125,8 @@
  * pair in manual mode, 29% threaded (benchmarks/results/history.md).
  * The cancel also prefetched both neighbours until 2026-11-30: without
  * the prefetches, W1 took 16% less again at 10^6 and 19% at 10^5 on a
- * Zen 5 guest, threaded W1 the same within noise (history.md, "The
- * cancel prefetches nothing"). Until its unlink
+ * Zen 5 guest (9% at 10^6 on a Zen 4 guest), threaded W1 the same within
+ * noise (history.md, "The cancel prefetches nothing"). Until its unlink
  * the dead task sits in its list, and every reader of the lists or the
  * queue that would take it for a live one settles first
  * (tw__engine_settle: all of them unlinked, oldest first): a collection,
