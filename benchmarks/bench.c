@@ -2101,12 +2101,32 @@ static void print_host(void)
         snprintf(u.sysname, sizeof u.sysname, "kernel unknown");
         u.release[0] = 0;
     }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     printf("host: %s", model[0] ? model : "CPU unknown");
     if (family[0])
         printf(" (family %s, model %s)", family, mnum[0] ? mnum : "?");
-    printf(", %ld CPUs online, %s %s\n", sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release);
+    printf(", %ld CPUs online, %s %s\n", cpus, u.sysname, u.release);
     if (guest)
         printf("  a virtual machine (the CPU's hypervisor flag): the host's other guests share its caches and DRAM\n");
+    /* The same in the CSV, so that a run's figures carry their host: the
+     * CPU's model name and the kernel as the rows' labels (the backend
+     * column; commas and quotes made spaces, as csv_row does not quote),
+     * the numbers as values; a figure not found is left out. */
+    char label[sizeof model + sizeof u.sysname + sizeof u.release + 8];
+    snprintf(label, sizeof label, "%s; %s %s", model[0] ? model : "CPU unknown", u.sysname,
+             u.release);
+    for (char *c = label; *c; c++)
+        if (*c == ',' || *c == '"')
+            *c = ' ';
+    char *end;
+    long fam = strtol(family, &end, 10);
+    if (family[0] && !*end)
+        csv_row("host", label, 0, "cpu_family", (double)fam, 0);
+    long mod = strtol(mnum, &end, 10);
+    if (mnum[0] && !*end)
+        csv_row("host", label, 0, "cpu_model", (double)mod, 0);
+    csv_row("host", label, 0, "cpus_online", (double)cpus, 0);
+    csv_row("host", label, 0, "virtual_machine", guest, 0);
 }
 
 /* Plots what this run measured (a file left by an earlier run is not
