@@ -31,9 +31,12 @@
  * neither kept (benchmarks/results/history.md, "An unlock without a
  * locked instruction").
  *
- * Never held across user code or a sleep (the driver sleeps on its own
- * mutex and condition variable): a plain mutex is all the shards need.
- * Not recursive, no owner check. Memory order: acquire on taking, release
+ * A shard's lock is never held across user code or a sleep (the driver
+ * sleeps on its own mutex and condition variable). The purgatory's ops
+ * hold it, made recursive (purgatory.c, op_lock), across try_complete and
+ * on_complete: a waiter then spins its 100 times and sleeps until the
+ * callback is done, as it would on a pthread mutex. Not recursive itself,
+ * no owner check. Memory order: acquire on taking, release
  * on releasing, so ThreadSanitizer sees the happens-before edges it needs
  * through the atomics themselves.
  *

@@ -125,14 +125,48 @@ int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
     op->ops = ops;
     op->ctx = ctx;
     op->timeout_ns = timeout_ns;
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&op->lock, &ma);
-    pthread_mutexattr_destroy(&ma);
+    int rc = tw__lock_init(&op->lock);
+    if (rc) {
+        tw__p_free(p, op);
+        return rc;
+    }
     atomic_init(&op->refs, 1);
     *out = op;
     return 0;
+}
+
+/* The op's recursive lock: the shard lock (lock.h) with an owner mark
+ * and a depth. It was a recursive pthread mutex, two calls through its
+ * type dispatch per try; a check_and_complete tries every op listed under
+ * its key, so those calls took a fifth of the samples in a profile of
+ * twheel-purgatory-bench at 80,000 requests a second. With this one the benchmark's completions kept up at 75,000 to
+ * 80,000 requests a second where they had fallen behind from 70,000 to
+ * 75,000, and an op is 96 bytes, not 120 (benchmarks/results/history.md,
+ * "The purgatory's op lock").
+ * The owner mark is the address of a thread-local byte, unique among live
+ * threads. A thread reads its own mark back only if it wrote it (no other
+ * thread writes it), so the relaxed load decides rightly whether this
+ * thread holds the lock. */
+static _Thread_local char self_tag __attribute__((tls_model("initial-exec")));
+
+static void op_lock(tw_op *op)
+{
+    uintptr_t me = (uintptr_t)&self_tag;
+    if (atomic_load_explicit(&op->owner, memory_order_relaxed) == me) {
+        op->depth++;
+        return;
+    }
+    tw__lock(&op->lock);
+    atomic_store_explicit(&op->owner, me, memory_order_relaxed);
+    op->depth = 1;
+}
+
+static void op_unlock(tw_op *op)
+{
+    if (--op->depth)
+        return;
+    atomic_store_explicit(&op->owner, 0, memory_order_relaxed);
+    tw__unlock(&op->lock);
 }
 
 void tw_op_retain(tw_op *op)
@@ -145,7 +179,7 @@ void tw_op_release(tw_op *op)
 {
     if (!op || atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) != 1)
         return;
-    pthread_mutex_destroy(&op->lock);
+    tw__lock_destroy(&op->lock);
     op->free_fn(op->free_ctx, op); /* not through op->p: it may be gone */
 }
 
@@ -188,11 +222,11 @@ static void cancel_timeout(tw_op *op)
  * completed it and ran on_complete. */
 static bool complete(tw_op *op, int refuse)
 {
-    pthread_mutex_lock(&op->lock);
+    op_lock(op);
     int s = atomic_load(&op->state);
     do {
         if (s & (TW__OP_COMPLETED | refuse)) {
-            pthread_mutex_unlock(&op->lock);
+            op_unlock(op);
             return false;
         }
     } while (!atomic_compare_exchange_weak(&op->state, &s, s | TW__OP_COMPLETED));
@@ -204,7 +238,7 @@ static bool complete(tw_op *op, int refuse)
         atomic_fetch_add(&op->p->stale, (int64_t)listed);
     cancel_timeout(op);
     op->ops->on_complete(op);
-    pthread_mutex_unlock(&op->lock);
+    op_unlock(op);
     return true;
 }
 
@@ -216,9 +250,9 @@ bool tw_op_force_complete(tw_op *op)
 /* Under the op's lock: never beside on_complete. */
 static bool safe_try_complete(tw_op *op)
 {
-    pthread_mutex_lock(&op->lock);
+    op_lock(op);
     bool done = !(op_state(op) & TW__OP_COMPLETED) && op->ops->try_complete(op);
-    pthread_mutex_unlock(&op->lock);
+    op_unlock(op);
     return done;
 }
 
@@ -271,13 +305,13 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
     if (atomic_exchange(&op->submitted, 1))
         return -EINVAL;
 
-    pthread_mutex_lock(&op->lock);
+    op_lock(op);
     if (op_state(op) & TW__OP_COMPLETED) { /* before this call: not ours */
-        pthread_mutex_unlock(&op->lock);
+        op_unlock(op);
         return 0;
     }
     if (op->ops->try_complete(op)) {
-        pthread_mutex_unlock(&op->lock);
+        op_unlock(op);
         return 1;
     }
     size_t watched = 0;
@@ -291,13 +325,13 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
             int handed = op_state(op) & TW__OP_CANCELLED;
             if (!handed)
                 atomic_store(&op->submitted, 0);
-            pthread_mutex_unlock(&op->lock);
+            op_unlock(op);
             return handed ? 0 : -ENOMEM;
         }
     }
     /* one more try: an event may have come between the first and the watch */
     bool done = !(op_state(op) & TW__OP_COMPLETED) && op->ops->try_complete(op);
-    pthread_mutex_unlock(&op->lock);
+    op_unlock(op);
     if (done)
         return 1;
     if (op_state(op))
@@ -310,7 +344,7 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
     if (rc) {
         atomic_fetch_sub(&p->delayed, 1);
         tw_op_release(op);
-        pthread_mutex_lock(&op->lock);
+        op_lock(op);
         for (size_t k = 0; k < watched; k++)
             tw__unwatch(p, op, &keys[k]);
         /* An event on one of its keys (or a force_complete) may have
@@ -321,7 +355,7 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
         int moot = op_state(op) != 0;
         if (!moot)
             atomic_store(&op->submitted, 0);
-        pthread_mutex_unlock(&op->lock);
+        op_unlock(op);
         return moot ? 0 : rc;
     }
     /* Completed or handed over by cancel_key while we scheduled: either

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "hash.h"
+#include "lock.h"
 #include "twheel_purgatory.h"
 
 struct tw_op {
@@ -22,7 +23,13 @@ struct tw_op {
     const struct tw_op_ops *ops;
     void *ctx;
     uint64_t timeout_ns;
-    pthread_mutex_t lock;    /* recursive: try_complete may force_complete */
+    /* The op's lock, recursive (try_complete may force_complete): the
+     * shard lock (lock.h), its holder's thread and how deep it holds it.
+     * Only the holder writes depth; owner is read by others only to see
+     * that it is not theirs. */
+    struct tw__lock lock;
+    uint32_t depth;
+    _Atomic uintptr_t owner;
     _Atomic int state;       /* TW__OP_COMPLETED | TW__OP_CANCELLED */
     _Atomic int submitted;
     _Atomic long refs;
