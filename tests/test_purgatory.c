@@ -1825,6 +1825,65 @@ static void test_submission_tries_under_op_lock(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* The op's lock is recursive: a try_complete that forces its own op
+ * takes it a second time, in the force_complete. Releasing that inner
+ * hold must leave the lock held until the try returns. Here the try,
+ * once its force_complete has returned, starts a thread that forces the
+ * same op, and waits (up to 200 ms; 1 s under TW_TEST_SLOW) for it to
+ * finish: it must not, as it needs the lock the submission still holds.
+ * It finishes after the try, and finds the op completed. A lock whose
+ * inner release let it go shows that thread done during the wait. */
+static pthread_t nested_other;
+static _Atomic int nested_other_done, nested_other_got;
+static _Atomic int nested_done_during_try;
+
+static void *nested_forcer(void *arg)
+{
+    atomic_store(&nested_other_got, tw_op_force_complete(arg));
+    atomic_store(&nested_other_done, 1);
+    return NULL;
+}
+
+static bool nested_try(tw_op *op)
+{
+    bool mine = tw_op_force_complete(op); /* the lock taken and let go again */
+    assert_true(mine);
+    assert_int_equal(pthread_create(&nested_other, NULL, nested_forcer, op), 0);
+    int ms = getenv("TW_TEST_SLOW") ? 1000 : 200;
+    for (int k = 0; k < ms && !atomic_load(&nested_other_done); k++)
+        usleep(1000);
+    atomic_store(&nested_done_during_try, atomic_load(&nested_other_done));
+    return mine;
+}
+
+static const struct tw_op_ops nested_ops = { nested_try, req_complete, req_expire };
+
+static void test_op_lock_held_after_nested_release(void **state)
+{
+    (void)state;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, NULL), 0); /* threaded */
+    static struct req r;
+    memset(&r, 0, sizeof r);
+    atomic_store(&nested_other_done, 0);
+    atomic_store(&nested_other_got, -1);
+    atomic_store(&nested_done_during_try, -1);
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &nested_ops, &r, 60 * SEC, &op), 0);
+    struct tw_key k = KEY("nested");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 1);
+    assert_int_equal(pthread_join(nested_other, NULL), 0);
+    assert_int_equal(atomic_load(&nested_done_during_try), 0);
+    assert_int_equal(atomic_load(&nested_other_done), 1);
+    assert_int_equal(atomic_load(&nested_other_got), 0); /* completed already */
+    assert_int_equal(atomic_load(&r.completed), 1);
+    assert_int_equal(atomic_load(&r.expired), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* Concurrent watch / complete / expire: every op ends completed exactly
  * once, by an event or by its timeout (then expired once, after). */
 #define SOPS 4000
@@ -2239,6 +2298,7 @@ int main(void)
         cmocka_unit_test(test_many_threads_complete_once),
         cmocka_unit_test(test_completion_publishes_answer),
         cmocka_unit_test(test_submission_tries_under_op_lock),
+        cmocka_unit_test(test_op_lock_held_after_nested_release),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
         cmocka_unit_test(test_cancel_races_submission),
         cmocka_unit_test(test_cancel_after_driver_took),
