@@ -120,7 +120,9 @@ TW_API tw_timer *tw_purgatory_timer(tw_purgatory *p);
 /* Creates an operation that expires timeout_ns after it is watched. ops is
  * not copied (keep it alive); ctx is yours (tw_op_ctx). *out holds one
  * reference: tw_op_release it. Returns 0, -EINVAL (NULL p, ops, out, or a
- * required callback), -ENOMEM; on error *out is left as it was. */
+ * required callback), -ENOMEM, or, off Linux, where the op's lock is a
+ * pthread mutex, pthread_mutex_init's error negated; on error *out is left
+ * as it was and nothing is allocated. */
 TW_API int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
                         uint64_t timeout_ns, tw_op **out);
 

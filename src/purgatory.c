@@ -139,10 +139,11 @@ int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
  * and a depth. It was a recursive pthread mutex, two calls through its
  * type dispatch per try; a check_and_complete tries every op listed under
  * its key, so those calls took a fifth of the samples in a profile of
- * twheel-purgatory-bench at 80,000 requests a second. With this one the benchmark's completions kept up at 75,000 to
- * 80,000 requests a second where they had fallen behind from 70,000 to
- * 75,000, and an op is 96 bytes, not 120 (benchmarks/results/history.md,
- * "The purgatory's op lock").
+ * twheel-purgatory-bench at 80,000 requests a second. With this one the
+ * benchmark's completions kept up at 75,000 to 80,000 requests a second
+ * where they had fallen behind from 70,000 to 75,000, and an op is 96
+ * bytes, not 120 (benchmarks/results/history.md, "The purgatory's
+ * completions, and its op lock").
  * The owner mark is the address of a thread-local byte, unique among live
  * threads. A thread reads its own mark back only if it wrote it (no other
  * thread writes it), so the relaxed load decides rightly whether this
