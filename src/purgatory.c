@@ -374,23 +374,19 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
     if (!p || !key || !keylen)
         return -EINVAL;
     tw_op *buf[64], **ops;
-    long n = tw__snapshot(p, key, keylen, buf, 64, &ops);
-    if (n == -ECANCELED) { /* only completed ops listed: drop them */
-        tw__compact_key(p, key, keylen);
-        return 0;
-    }
+    struct tw__pin pin;
+    long n = tw__snapshot(p, key, keylen, buf, 64, &ops, &pin);
     if (n < 0)
         return (int)n;
+    /* No reference per op: the pinned list's keep them (purgatory.h). */
     long completed = 0; /* a list holds up to 2^31 entries: clamped below */
-    for (long i = 0; i < n; i++) {
+    for (long i = 0; i < n; i++)
         if (!tw_op_is_completed(ops[i]) && safe_try_complete(ops[i]))
             completed++;
-        tw_op_release(ops[i]);
-    }
     if (ops != buf)
         tw__p_free(p, ops);
     if (n)
-        tw__compact_key(p, key, keylen);
+        tw__unpin(p, &pin);
     maybe_purge(p);
     return completed > INT_MAX ? INT_MAX : (int)completed;
 }
@@ -400,12 +396,15 @@ size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
 {
     if (!p || !key || !keylen)
         return 0;
-    struct tw__watcher *w = tw__take_key(p, key, keylen);
+    struct tw__wshard *s;
+    struct tw__watcher *w = tw__take_key(p, key, keylen, &s);
     if (!w)
         return 0;
-    size_t n = w->n;
+    size_t n = 0;
     for (uint32_t i = 0; i < w->n; i++) {
         tw_op *op = w->ops[i];
+        if (tw__dead(op))
+            continue; /* unwatched already */
         tw__op_unlisted(op);
         /* Handed over: no expiry from now on. Set before the cancel (see
          * the submission's end); an expiration already under way checks
@@ -415,9 +414,10 @@ size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
         cancel_timeout(op);
         if (each)
             each(op, arg);
-        tw_op_release(op);
+        n++;
     }
-    tw__free_watcher(p, w);
+    /* the list's references, which a walker of the key may still rely on */
+    tw__drop_taken(p, s, w);
     return n;
 }
 

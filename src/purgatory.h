@@ -46,14 +46,62 @@ struct tw_op {
 #define TW__OP_COMPLETED 1
 #define TW__OP_CANCELLED 2
 
-/* One key's watch list. */
+/* One key's watch list. Each entry holds a reference on its op.
+ *
+ * A walker (check_and_complete) copies the entries' pointers and tries
+ * the ops with no reference of its own: taking and dropping one per op
+ * was two of the four atomic instructions of every try, which bound how
+ * many requests a second the completions keep up with
+ * (benchmarks/results/history.md, "A walk with no reference per op").
+ * The list's references keep the ops alive instead, so while a walker
+ * holds the list pinned, no entry it may have copied gives up its
+ * reference:
+ * - an unwatch marks its entry dead (the low bit of the pointer; its
+ *   accounting done at once, its reference dropped at the next
+ *   compaction);
+ * - a compaction moves the dropped entries' references to limbo and
+ *   turns the epoch; pins[epoch] counts the walkers that pinned since,
+ *   which copied no limbo entry, and pins[!epoch] those from before;
+ *   the last of those releases limbo as it unpins. Walkers that never
+ *   stop overlapping still let the list be compacted, once an epoch.
+ *   With one epoch's walkers still out and limbo full, a compaction
+ *   waits for the next chance;
+ * - cancel_key detaches the list and hands its live ops over, and the
+ *   last walker out releases the references (taken).
+ * All of it under the shard lock. */
 struct tw__watcher {
     struct tw__watcher *next; /* hash chain */
     uint64_t hash;
     size_t keylen;
     tw_op **ops;
     uint32_t n, cap;
+    uint32_t pins[2];
+    tw_op **limbo;
+    uint32_t nlimbo;
+    uint8_t epoch;
+    uint8_t taken; /* TW__TAKEN: by cancel_key; TW__TAKEN_DONE: and handed over */
     unsigned char key[];
+};
+
+#define TW__TAKEN 1
+#define TW__TAKEN_DONE 2
+
+/* A dead entry: unwatched while pinned. */
+static inline int tw__dead(const tw_op *e)
+{
+    return (int)((uintptr_t)e & 1);
+}
+
+static inline tw_op *tw__untag(tw_op *e)
+{
+    return (tw_op *)((uintptr_t)e & ~(uintptr_t)1);
+}
+
+/* What a walker holds while it tries the ops it copied. */
+struct tw__pin {
+    struct tw__wshard *s;
+    struct tw__watcher *w;
+    unsigned epoch;
 };
 
 struct tw__wshard {
@@ -88,17 +136,23 @@ void tw__watchers_destroy(tw_purgatory *p);
 int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key);
 /* Removes one entry of op from key's list (undoing tw__watch). */
 void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key);
-/* Copies the ops of key's list that are not completed, with a reference
- * each, into buf (cap entries) or, when longer, a new array (*out).
- * Returns the count, -ECANCELED when the key exists but holds only
- * completed ops (compact it), 0 for an unknown key, or -ENOMEM. */
+/* Copies the pointers of key's live ops that are not completed into buf
+ * (cap entries) or, when longer, a new array (*out), and pins the list
+ * for them (tw__unpin) when there are any. Returns the count (0: nothing
+ * pinned; a list of completed ops only is compacted at once) or
+ * -ENOMEM. */
 long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, size_t cap,
-                  tw_op ***out);
-/* Drops completed ops from key's list; removes the key if left empty. */
-void tw__compact_key(tw_purgatory *p, const void *key, size_t len);
-/* Detaches key's list and returns it (the caller owns it), or NULL. */
-struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len);
-void tw__free_watcher(tw_purgatory *p, struct tw__watcher *w);
+                  tw_op ***out, struct tw__pin *pin);
+/* Ends a walk: unpins, then compacts the list (drops completed ops),
+ * removes it if left empty, or finishes a cancel_key's release. */
+void tw__unpin(tw_purgatory *p, const struct tw__pin *pin);
+/* Detaches key's list (*sp: its shard) and returns it, or NULL. The
+ * caller hands its live entries over, then calls tw__drop_taken. */
+struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len,
+                                 struct tw__wshard **sp);
+/* Releases a taken list's references and frees it, now or, while
+ * walkers hold it, when the last of them unpins. */
+void tw__drop_taken(tw_purgatory *p, struct tw__wshard *s, struct tw__watcher *w);
 /* Drops completed ops from every list. */
 size_t tw__purge_all(tw_purgatory *p);
 

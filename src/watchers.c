@@ -50,13 +50,87 @@ static void unlink_watcher(struct tw__wshard *s, struct tw__watcher *w)
     s->n--;
 }
 
-/* A key whose list is left empty is removed; under its shard lock. */
+static bool pinned(const struct tw__watcher *w)
+{
+    return w->pins[0] || w->pins[1];
+}
+
+static void free_watcher(tw_purgatory *p, struct tw__watcher *w)
+{
+    tw__p_free(p, w->limbo);
+    tw__p_free(p, w->ops);
+    tw__p_free(p, w);
+}
+
+/* A key whose list is left empty is removed, unless a walker holds it;
+ * under its shard lock. */
 static void drop_if_empty(tw_purgatory *p, struct tw__wshard *s, struct tw__watcher *w)
 {
-    if (w && !w->n) {
+    if (w && !w->n && !pinned(w) && !w->taken) {
         unlink_watcher(s, w);
-        tw__free_watcher(p, w);
+        free_watcher(p, w);
     }
+}
+
+/* The last walker of the epoch before is out: limbo's references go. */
+static void release_limbo(tw_purgatory *p, struct tw__watcher *w)
+{
+    for (uint32_t i = 0; i < w->nlimbo; i++)
+        tw_op_release(w->limbo[i]);
+    tw__p_free(p, w->limbo);
+    w->limbo = NULL;
+    w->nlimbo = 0;
+}
+
+/* Drops completed ops and dead entries from one list; under its shard
+ * lock. With no walker out their references go at once. With walkers of
+ * this epoch only, they go to limbo and the epoch turns; if limbo cannot
+ * be had (walkers of both epochs out, or no memory), nothing changes: a
+ * compaction only saves work, and a later one does it. Returns how many
+ * completed ops left the list. */
+static size_t compact(tw_purgatory *p, struct tw__watcher *w)
+{
+    if (w->taken)
+        return 0; /* cancel_key is reading the entries */
+    bool held = pinned(w);
+    uint32_t k = 0;
+    tw_op **limbo = NULL;
+    if (held) {
+        /* limbo is held exactly while walkers of the epoch before are out:
+         * a turn now would count them as this epoch's */
+        if (w->limbo)
+            return 0;
+        for (uint32_t i = 0; i < w->n; i++)
+            k += tw__dead(w->ops[i]) || tw_op_is_completed(w->ops[i]);
+        if (!k || !(limbo = tw__p_alloc(p, (size_t)k * sizeof(*limbo))))
+            return 0;
+    }
+    uint32_t keep = 0, j = 0;
+    size_t gone = 0;
+    for (uint32_t i = 0; i < w->n; i++) {
+        tw_op *e = w->ops[i];
+        bool dead = tw__dead(e);
+        /* an op completed since the count above stays till next time */
+        if ((!dead && !tw_op_is_completed(e)) || (held && j == k)) {
+            w->ops[keep++] = e;
+            continue;
+        }
+        if (!dead) {
+            tw__op_unlisted(e);
+            gone++;
+        }
+        if (held)
+            limbo[j++] = tw__untag(e);
+        else
+            tw_op_release(tw__untag(e));
+    }
+    w->n = keep;
+    if (held) {
+        w->limbo = limbo;
+        w->nlimbo = j;
+        w->epoch ^= 1;
+    }
+    return gone;
 }
 
 int tw__watchers_init(tw_purgatory *p)
@@ -70,12 +144,6 @@ int tw__watchers_init(tw_purgatory *p)
     for (uint32_t k = 0; k < p->nshards; k++)
         pthread_mutex_init(&p->shards[k].lock, NULL);
     return 0;
-}
-
-void tw__free_watcher(tw_purgatory *p, struct tw__watcher *w)
-{
-    tw__p_free(p, w->ops);
-    tw__p_free(p, w);
 }
 
 int tw_purgatory_set_hash_key(tw_purgatory *p, const unsigned char key[16])
@@ -101,11 +169,14 @@ void tw__watchers_destroy(tw_purgatory *p)
             struct tw__watcher *w = s->table[b];
             while (w) {
                 struct tw__watcher *next = w->next;
+                /* no walker is out (that would be a use after destroy) */
                 for (uint32_t i = 0; i < w->n; i++) {
-                    tw__op_unlisted(w->ops[i]);
-                    tw_op_release(w->ops[i]);
+                    if (!tw__dead(w->ops[i]))
+                        tw__op_unlisted(w->ops[i]);
+                    tw_op_release(tw__untag(w->ops[i]));
                 }
-                tw__free_watcher(p, w);
+                release_limbo(p, w);
+                free_watcher(p, w);
                 w = next;
             }
         }
@@ -193,10 +264,14 @@ void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
     struct tw__wshard *s;
     struct tw__watcher *w = lock_key(p, key->data, key->len, &s, NULL);
     for (uint32_t i = w ? w->n : 0; i-- > 0;) {
-        if (w->ops[i] == op) {
+        if (w->ops[i] == op) { /* a dead entry's pointer is tagged: never equal */
+            tw__op_unlisted(op);
+            if (pinned(w)) { /* a walker may have copied it: the reference stays */
+                w->ops[i] = (tw_op *)((uintptr_t)op | 1);
+                break;
+            }
             memmove(&w->ops[i], &w->ops[i + 1], (w->n - i - 1) * sizeof(*w->ops));
             w->n--;
-            tw__op_unlisted(op);
             tw_op_release(op);
             break;
         }
@@ -206,7 +281,7 @@ void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
 }
 
 long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, size_t cap,
-                  tw_op ***out)
+                  tw_op ***out, struct tw__pin *pin)
 {
     struct tw__wshard *s;
     *out = buf;
@@ -214,62 +289,78 @@ long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, siz
     long n = w ? (long)w->n : 0;
     if ((size_t)n > cap && !(*out = tw__p_alloc(p, (size_t)n * sizeof(tw_op *)))) {
         pthread_mutex_unlock(&s->lock);
+        *out = buf;
         return -ENOMEM;
     }
     long m = 0; /* completed ops are only compacted away: not copied */
     for (long i = 0; i < n; i++) {
-        if (tw_op_is_completed(w->ops[i]))
-            continue;
-        tw_op_retain(w->ops[i]);
-        (*out)[m++] = w->ops[i];
+        tw_op *e = w->ops[i];
+        if (!tw__dead(e) && !tw_op_is_completed(e))
+            (*out)[m++] = e;
+    }
+    if (m) {
+        pin->s = s;
+        pin->w = w;
+        pin->epoch = w->epoch;
+        w->pins[w->epoch]++;
+    } else if (w) { /* nothing to try: compacted now */
+        compact(p, w);
+        drop_if_empty(p, s, w);
     }
     pthread_mutex_unlock(&s->lock);
-    if (w && !m) { /* only completed ops: nothing to try */
-        if (*out != buf)
-            tw__p_free(p, *out);
+    if (!m && *out != buf) {
+        tw__p_free(p, *out);
         *out = buf;
-        return -ECANCELED;
     }
     return m;
 }
 
-/* Compacts one list; under its shard lock. */
-static size_t compact(struct tw__watcher *w)
+/* A taken list's references, all of them; w is then freed. */
+static void release_taken(tw_purgatory *p, struct tw__watcher *w)
 {
-    uint32_t keep = 0;
-    size_t gone = 0;
-    for (uint32_t i = 0; i < w->n; i++) {
-        tw_op *op = w->ops[i];
-        if (tw_op_is_completed(op)) {
-            tw__op_unlisted(op);
-            tw_op_release(op);
-            gone++;
-        } else {
-            w->ops[keep++] = op;
-        }
-    }
-    w->n = keep;
-    return gone;
+    for (uint32_t i = 0; i < w->n; i++)
+        tw_op_release(tw__untag(w->ops[i]));
+    release_limbo(p, w);
+    free_watcher(p, w);
 }
 
-void tw__compact_key(tw_purgatory *p, const void *key, size_t len)
+void tw__unpin(tw_purgatory *p, const struct tw__pin *pin)
 {
-    struct tw__wshard *s;
-    struct tw__watcher *w = lock_key(p, key, len, &s, NULL);
-    if (w)
-        compact(w);
+    struct tw__wshard *s = pin->s;
+    struct tw__watcher *w = pin->w;
+    pthread_mutex_lock(&s->lock);
+    if (!--w->pins[pin->epoch] && pin->epoch != w->epoch)
+        release_limbo(p, w); /* the epoch's last walker */
+    if (!pinned(w) && w->taken == TW__TAKEN_DONE) {
+        pthread_mutex_unlock(&s->lock); /* detached: nobody else can reach it */
+        release_taken(p, w);
+        return;
+    }
+    compact(p, w);
     drop_if_empty(p, s, w);
     pthread_mutex_unlock(&s->lock);
 }
 
-struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len)
+struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len,
+                                 struct tw__wshard **sp)
 {
-    struct tw__wshard *s;
-    struct tw__watcher *w = lock_key(p, key, len, &s, NULL);
-    if (w)
-        unlink_watcher(s, w);
-    pthread_mutex_unlock(&s->lock);
+    struct tw__watcher *w = lock_key(p, key, len, sp, NULL);
+    if (w) {
+        unlink_watcher(*sp, w);
+        w->taken = TW__TAKEN;
+    }
+    pthread_mutex_unlock(&(*sp)->lock);
     return w;
+}
+
+void tw__drop_taken(tw_purgatory *p, struct tw__wshard *s, struct tw__watcher *w)
+{
+    pthread_mutex_lock(&s->lock);
+    bool held = pinned(w);
+    w->taken = TW__TAKEN_DONE;
+    pthread_mutex_unlock(&s->lock);
+    if (!held) /* else the last walker out does it (tw__unpin) */
+        release_taken(p, w);
 }
 
 size_t tw__purge_all(tw_purgatory *p)
@@ -282,11 +373,11 @@ size_t tw__purge_all(tw_purgatory *p)
             struct tw__watcher **pp = &s->table[b];
             while (*pp) {
                 struct tw__watcher *w = *pp;
-                gone += compact(w);
-                if (!w->n) {
+                gone += compact(p, w);
+                if (!w->n && !pinned(w)) {
                     *pp = w->next;
                     s->n--;
-                    tw__free_watcher(p, w);
+                    free_watcher(p, w);
                 } else {
                     pp = &w->next;
                 }

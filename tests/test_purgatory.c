@@ -1404,6 +1404,294 @@ static void test_check_snapshot_alloc_failure(void **state)
     assert_int_equal(a.live, 0);
 }
 
+/* ---- a walk holds the list, not references on its ops ------------------
+ * check_and_complete copies the list's pointers and tries the ops with no
+ * reference of its own (purgatory.h): while it walks, no entry may give
+ * up the list's reference. These tests change the list from inside a
+ * walk (a try_complete of the first op calls back into the purgatory, on
+ * the walker's own thread), so each step is deterministic. Every op but
+ * the first is held by nothing but the list: an entry released too early
+ * frees an op the walk then reads (AddressSanitizer and valgrind, CI's
+ * stages, report it), and the counting allocator sees it at once. */
+struct walk {
+    struct req r[5];
+    tw_op *op[5];
+    tw_purgatory *p;
+    struct count_alloc a;
+    int step;         /* which hook runs in r[0]'s try */
+    int depth;        /* the hook is not run again by a nested walk */
+    long live_before; /* a.live before the hook's change */
+    long live_after;  /* and after */
+    long live_third;  /* step 2: after the third nested walk */
+    size_t handed;
+    long watched_in, purged_in;
+    int tried_in[5];
+};
+static struct walk wk;
+
+static void walk_hook(void)
+{
+    tw_purgatory *p = wk.p;
+    wk.live_before = wk.a.live;
+    tw_op *seen[5] = { 0 };
+    switch (wk.step) {
+    case 1: /* the list taken and handed over under the walk */
+        wk.handed = tw_purgatory_cancel_key(p, "w", 1, collect_op, seen);
+        break;
+    case 2: /* nested walks: a compaction to limbo, and one that waits */
+        wk.a.fail_at = 1; /* limbo's array: the compaction waits */
+        atomic_store(&wk.r[1].completable, 1);
+        assert_int_equal(tw_purgatory_check_and_complete(p, "w", 1), 1);
+        assert_int_equal(wk.a.failed, 1);
+        wk.watched_in = (long)tw_purgatory_watched(p); /* r[1] still listed */
+        atomic_store(&wk.r[2].completable, 1);
+        assert_int_equal(tw_purgatory_check_and_complete(p, "w", 1), 1);
+        wk.live_after = wk.a.live; /* r[1], r[2] in limbo, not freed */
+        assert_int_equal(tw_purgatory_watched(p), 2);
+        atomic_store(&wk.r[3].completable, 1); /* a third walk, a second epoch */
+        assert_int_equal(tw_purgatory_check_and_complete(p, "w", 1), 1);
+        wk.live_third = wk.a.live; /* limbo kept for the outer walk */
+        wk.purged_in = (long)tw_purgatory_purge(p); /* limbo is full: waits */
+        break;
+    case 3:   /* a submission fails after watching "w": its entry dies */
+    case 4: { /* and then the list is taken */
+        struct tw_key ks[2] = { KEY("w"), KEY("fresh") };
+        wk.a.fail_at = 2; /* "w"'s list grows; "fresh"'s is refused */
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, wk.op[4], ks, 2), -ENOMEM);
+        wk.watched_in = (long)tw_purgatory_watched(p);
+        atomic_store(&wk.r[4].completable, 1);
+        if (wk.step == 3) { /* a walk passes the dead entry by */
+            assert_int_equal(tw_purgatory_check_and_complete(p, "w", 1), 0);
+            break;
+        }
+        wk.handed = tw_purgatory_cancel_key(p, "w", 1, collect_op, seen);
+        for (int i = 0; i < 4; i++) /* the live ones, not the dead */
+            assert_ptr_equal(seen[i], wk.op[i]);
+        assert_null(seen[4]);
+        break;
+    }
+    }
+    if (wk.step != 2)
+        wk.live_after = wk.a.live;
+    for (int i = 0; i < 5; i++)
+        wk.tried_in[i] = atomic_load(&wk.r[i].attempts);
+}
+
+static bool walk_try(tw_op *op)
+{
+    struct req *r = tw_op_ctx(op);
+    if (r == &wk.r[0] && !wk.depth++) {
+        walk_hook();
+        wk.depth--;
+    }
+    return req_try(op);
+}
+
+static const struct tw_op_ops walk_ops = { walk_try, req_complete, req_expire };
+
+/* Four ops watched under "w"; only the first is held by the test. */
+static void walk_setup(int step)
+{
+    memset(&wk, 0, sizeof wk);
+    wk.step = step;
+    wk.p = mk_counted(&wk.a, 0);
+    wk.depth = 1; /* the submissions' own tries run no hook */
+    struct tw_key k = KEY("w");
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(tw_op_create(wk.p, &walk_ops, &wk.r[i], SEC, &wk.op[i]), 0);
+        if (i < 4)
+            assert_int_equal(tw_purgatory_try_complete_else_watch(wk.p, wk.op[i], &k, 1), 0);
+        if (i && i < 4)
+            tw_op_release(wk.op[i]);
+    }
+    wk.depth = 0;
+    assert_int_equal(tw_purgatory_watched(wk.p), 4);
+}
+
+static void test_walk_survives_cancel_key(void **state)
+{
+    (void)state;
+    walk_setup(1);
+    assert_int_equal(tw_purgatory_check_and_complete(wk.p, "w", 1), 0);
+    assert_int_equal(wk.handed, 4);
+    /* handed over, timeouts cancelled, but the walk still holds them */
+    assert_int_equal(wk.live_after, wk.live_before);
+    for (int i = 1; i < 4; i++)
+        /* two tries at submission (before and after the watch), one after */
+        assert_int_equal(atomic_load(&wk.r[i].attempts), 3);
+    /* the walk over, the list's references went: three ops, the list */
+    assert_true(wk.a.live <= wk.live_before - 3);
+    assert_int_equal(tw_purgatory_watched(wk.p), 0);
+    assert_int_equal(tw_purgatory_delayed(wk.p), 0);
+    assert_int_equal(tw_purgatory_check_and_complete(wk.p, "w", 1), 0); /* gone */
+    tw_op_release(wk.op[0]);
+    tw_op_release(wk.op[4]);
+    tw_purgatory_destroy(wk.p, NULL, NULL);
+    assert_int_equal(wk.a.live, 0);
+}
+
+static void test_walk_defers_compaction(void **state)
+{
+    (void)state;
+    walk_setup(2);
+    assert_int_equal(tw_purgatory_check_and_complete(wk.p, "w", 1), 0);
+    assert_int_equal(wk.watched_in, 4);   /* limbo refused: nothing moved */
+    assert_int_equal(wk.live_after, wk.live_before + 1); /* + limbo, no op freed */
+    assert_int_equal(wk.live_third, wk.live_after);
+    assert_int_equal(wk.purged_in, 0);   /* r[3] waits for the outer walk */
+    /* two tries at submission; then each nested walk tried every op not
+     * completed (r[i] completes in the i-th); the outer walk read r[1..3],
+     * completed, and skipped them */
+    for (int i = 1; i < 4; i++) {
+        assert_int_equal(atomic_load(&wk.r[i].completed), 1);
+        assert_int_equal(atomic_load(&wk.r[i].attempts), 2 + i);
+    }
+    assert_int_equal(tw_purgatory_watched(wk.p), 1); /* r[0] */
+    /* the walk over: limbo released, r[3] compacted, three ops freed */
+    assert_true(wk.a.live <= wk.live_before - 3);
+    assert_int_equal(tw_purgatory_delayed(wk.p), 1);
+    atomic_store(&wk.r[0].completable, 1);
+    wk.step = 0;
+    assert_int_equal(tw_purgatory_check_and_complete(wk.p, "w", 1), 1);
+    assert_int_equal(tw_purgatory_watched(wk.p), 0);
+    tw_op_release(wk.op[0]);
+    tw_op_release(wk.op[4]);
+    tw_purgatory_destroy(wk.p, NULL, NULL);
+    assert_int_equal(wk.a.live, 0);
+}
+
+static void test_walk_keeps_unwatched_entry(void **state)
+{
+    (void)state;
+    for (int step = 3; step <= 4; step++) {
+        walk_setup(step);
+        assert_int_equal(tw_purgatory_check_and_complete(wk.p, "w", 1), 0);
+        assert_int_equal(wk.a.failed, 1);
+        assert_int_equal(wk.watched_in, 4); /* r[4] counted out at once */
+        assert_int_equal(wk.tried_in[4], 1); /* its submission's one try only */
+        assert_int_equal(atomic_load(&wk.r[4].attempts), 1);
+        /* no op freed (the array grew in place of the old); step 3's nested
+         * walk moved the dead entry to limbo as it unpinned */
+        assert_int_equal(wk.live_after, wk.live_before + (step == 3));
+        if (step == 4) {
+            assert_int_equal(wk.handed, 4);
+            assert_int_equal(tw_purgatory_delayed(wk.p), 0);
+        } else {
+            assert_int_equal(tw_purgatory_delayed(wk.p), 4);
+        }
+        /* the dead entry went with the walk: r[4] is ours alone, and may
+         * be submitted again */
+        long live = wk.a.live;
+        struct tw_key k = KEY("w");
+        assert_int_equal(tw_purgatory_try_complete_else_watch(wk.p, wk.op[4], &k, 1), 1);
+        assert_int_equal(atomic_load(&wk.r[4].completed), 1);
+        assert_int_equal(wk.a.live, live);
+        tw_op_release(wk.op[4]);
+        assert_int_equal(wk.a.live, live - 1);
+        tw_op_release(wk.op[0]);
+        int unfinished = 0;
+        tw_purgatory_destroy(wk.p, count_unfinished, &unfinished);
+        assert_int_equal(unfinished, step == 3 ? 4 : 0);
+        assert_int_equal(wk.a.live, 0);
+    }
+}
+
+/* The one change a walk cannot make itself: an unwatch of an entry it
+ * copied. Thread A submits X under "w" and "fresh"; the allocation for
+ * "fresh" waits until thread B's walk of "w" has copied X (B is inside
+ * op0's try, which comes first), then fails, so A takes X's watch of "w"
+ * back while B holds the list. A then drops its own reference: the list's
+ * is all that keeps X for B's try of it. */
+struct gate_alloc {
+    struct count_alloc c; /* first: count_alloc_fn takes it as ctx */
+    _Atomic int armed, at_alloc, pinned, a_done;
+    long live_pinned, live_a_done;
+};
+static struct gate_alloc ga;
+static tw_purgatory *gp;
+static tw_op *gx;
+static struct req gr0, grx;
+
+/* Waits up to ~10 s for *f; off the test's thread a miss aborts (a
+ * cmocka assert there would jump across threads). */
+static void wait_flag(_Atomic int *f, bool main_thread)
+{
+    for (int i = 0; i < 100000 && !atomic_load(f); i++)
+        usleep(100);
+    if (main_thread)
+        assert_int_equal(atomic_load(f), 1);
+    else if (atomic_load(f) != 1)
+        abort();
+}
+
+static void *gate_alloc_fn(void *ctx, size_t size)
+{
+    struct gate_alloc *g = ctx;
+    if (atomic_exchange(&g->armed, 0)) {
+        atomic_store(&g->at_alloc, 1);
+        wait_flag(&g->pinned, false);
+        g->c.failed++;
+        return NULL;
+    }
+    return count_alloc_fn(&g->c, size);
+}
+
+static bool gate_try(tw_op *op)
+{
+    if (tw_op_ctx(op) == &gr0 && atomic_load(&ga.at_alloc) && !atomic_load(&ga.pinned)) {
+        ga.live_pinned = ga.c.live;
+        atomic_store(&ga.pinned, 1);
+        wait_flag(&ga.a_done, true); /* the walk runs on the test's thread */
+        ga.live_a_done = ga.c.live;
+    }
+    return req_try(op);
+}
+
+static const struct tw_op_ops gate_ops = { gate_try, req_complete, req_expire };
+
+static void *gate_submitter(void *arg)
+{
+    (void)arg;
+    struct tw_key ks[2] = { KEY("w"), KEY("fresh") };
+    atomic_store(&ga.armed, 1);
+    int rc = tw_purgatory_try_complete_else_watch(gp, gx, ks, 2);
+    tw_op_release(gx); /* -ENOMEM: X is in no list, ours to drop */
+    atomic_store(&ga.a_done, rc == -ENOMEM ? 1 : 2);
+    return NULL;
+}
+
+static void test_walk_keeps_entry_unwatched_meanwhile(void **state)
+{
+    (void)state;
+    memset(&ga, 0, sizeof ga);
+    memset(&gr0, 0, sizeof gr0);
+    memset(&grx, 0, sizeof grx);
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.allocator = (struct tw_allocator){ gate_alloc_fn, count_free_fn, &ga };
+    assert_int_equal(tw_purgatory_create(&gp, &o), 0);
+    tw_op *op0;
+    assert_int_equal(tw_op_create(gp, &gate_ops, &gr0, SEC, &op0), 0);
+    struct tw_key k = KEY("w");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(gp, op0, &k, 1), 0);
+    assert_int_equal(tw_op_create(gp, &gate_ops, &grx, SEC, &gx), 0);
+    pthread_t a;
+    assert_int_equal(pthread_create(&a, NULL, gate_submitter, NULL), 0);
+    wait_flag(&ga.at_alloc, true); /* X is watched under "w" */
+    assert_int_equal(tw_purgatory_check_and_complete(gp, "w", 1), 0);
+    assert_int_equal(pthread_join(a, NULL), 0);
+    assert_int_equal(ga.c.failed, 1);
+    assert_int_equal(ga.live_a_done, ga.live_pinned); /* X not freed under the walk */
+    assert_int_equal(atomic_load(&grx.attempts), 2); /* A's first try; the walk's */
+    assert_int_equal(tw_purgatory_watched(gp), 1);    /* op0 */
+    assert_int_equal(tw_purgatory_delayed(gp), 1);
+    assert_int_equal(ga.c.live, ga.live_pinned - 1); /* the walk over, X went */
+    tw_op_release(op0);
+    tw_purgatory_destroy(gp, NULL, NULL);
+    assert_int_equal(ga.c.live, 0);
+}
+
 /* An op completed by someone else while its timeout is being scheduled
  * (after the second try, before the timer id is stored): the timeout it
  * just got is cancelled, never fires, and its reference is settled; if
@@ -2293,6 +2581,10 @@ int main(void)
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_past_16_bits),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
+        cmocka_unit_test(test_walk_survives_cancel_key),
+        cmocka_unit_test(test_walk_defers_compaction),
+        cmocka_unit_test(test_walk_keeps_unwatched_entry),
+        cmocka_unit_test(test_walk_keeps_entry_unwatched_meanwhile),
         cmocka_unit_test(test_completed_while_scheduling),
         cmocka_unit_test(test_cancelled_while_submitting),
         cmocka_unit_test(test_many_threads_complete_once),
