@@ -150,7 +150,7 @@ int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
  * thread holds the lock. */
 static _Thread_local char self_tag __attribute__((tls_model("initial-exec")));
 
-static void op_lock(tw_op *op)
+static inline __attribute__((always_inline)) void op_lock(tw_op *op)
 {
     uintptr_t me = (uintptr_t)&self_tag;
     if (atomic_load_explicit(&op->owner, memory_order_relaxed) == me) {
@@ -162,7 +162,7 @@ static void op_lock(tw_op *op)
     op->depth = 1;
 }
 
-static void op_unlock(tw_op *op)
+static inline __attribute__((always_inline)) void op_unlock(tw_op *op)
 {
     if (--op->depth)
         return;
@@ -191,7 +191,7 @@ void *tw_op_ctx(const tw_op *op)
 
 bool tw_op_is_completed(const tw_op *op)
 {
-    return op && (atomic_load_explicit(&op->state, memory_order_acquire) & TW__OP_COMPLETED);
+    return op && tw__op_completed(op);
 }
 
 static int op_state(tw_op *op)
@@ -203,7 +203,7 @@ void tw__op_unlisted(tw_op *op)
 {
     atomic_fetch_sub(&op->nlisted, 1);
     atomic_fetch_sub(&op->p->watched, 1);
-    if (tw_op_is_completed(op))
+    if (tw__op_completed(op))
         atomic_fetch_sub(&op->p->stale, 1);
 }
 
@@ -381,7 +381,7 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
     /* No reference per op: the pinned list's keep them (purgatory.h). */
     long completed = 0; /* a list holds up to 2^31 entries: clamped below */
     for (long i = 0; i < n; i++)
-        if (!tw_op_is_completed(ops[i]) && safe_try_complete(ops[i]))
+        if (!tw__op_completed(ops[i]) && safe_try_complete(ops[i]))
             completed++;
     if (ops != buf)
         tw__p_free(p, ops);

@@ -7,6 +7,7 @@
 #define TW_PURGATORY_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -45,6 +46,13 @@ struct tw_op {
  * lock, so it may be called from a callback holding another op's. */
 #define TW__OP_COMPLETED 1
 #define TW__OP_CANCELLED 2
+
+/* tw_op_is_completed for op not NULL, inline: the walks call it on every
+ * op, and a call to the exported function goes through the PLT. */
+static inline bool tw__op_completed(const tw_op *op)
+{
+    return atomic_load_explicit(&op->state, memory_order_acquire) & TW__OP_COMPLETED;
+}
 
 /* One key's watch list. Each entry holds a reference on its op.
  *

@@ -101,7 +101,7 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
         if (w->limbo)
             return 0;
         for (uint32_t i = 0; i < w->n; i++)
-            k += tw__dead(w->ops[i]) || tw_op_is_completed(w->ops[i]);
+            k += tw__dead(w->ops[i]) || tw__op_completed(w->ops[i]);
         if (!k || !(limbo = tw__p_alloc(p, (size_t)k * sizeof(*limbo))))
             return 0;
     }
@@ -111,7 +111,7 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
         tw_op *e = w->ops[i];
         bool dead = tw__dead(e);
         /* an op completed since the count above stays till next time */
-        if ((!dead && !tw_op_is_completed(e)) || (held && j == k)) {
+        if ((!dead && !tw__op_completed(e)) || (held && j == k)) {
             w->ops[keep++] = e;
             continue;
         }
@@ -295,7 +295,7 @@ long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, siz
     long m = 0; /* completed ops are only compacted away: not copied */
     for (long i = 0; i < n; i++) {
         tw_op *e = w->ops[i];
-        if (!tw__dead(e) && !tw_op_is_completed(e))
+        if (!tw__dead(e) && !tw__op_completed(e))
             (*out)[m++] = e;
     }
     if (m) {
