@@ -1692,6 +1692,87 @@ static void test_walk_keeps_entry_unwatched_meanwhile(void **state)
     assert_int_equal(ga.c.live, 0);
 }
 
+/* And the one a walk meets only across threads: the walker unpins while
+ * cancel_key, on another thread, is still handing the list over. Thread
+ * B walks "w" and waits inside op 0's try; the test's thread cancels "w"
+ * and, from its `each` for op 0, lets B finish the walk and waits for
+ * it. B's unpin must leave the taken list alone (op 2, completed and
+ * still listed, is cancel_key's to hand over, not a compaction's to
+ * drop), and the list's references go when cancel_key is done. */
+static struct {
+    struct count_alloc a;
+    tw_purgatory *p;
+    tw_op *op[3];
+    struct req r[3];
+    _Atomic int armed, pinned, go, walked;
+    long live_before, live_walked;
+} tk;
+
+static bool taken_try(tw_op *op)
+{
+    if (tw_op_ctx(op) == &tk.r[0] && atomic_exchange(&tk.armed, 0)) {
+        atomic_store(&tk.pinned, 1);
+        wait_flag(&tk.go, false);
+    }
+    return req_try(op);
+}
+
+static const struct tw_op_ops taken_ops = { taken_try, req_complete, req_expire };
+
+static void *taken_walker(void *arg)
+{
+    (void)arg;
+    int rc = tw_purgatory_check_and_complete(tk.p, "w", 1);
+    atomic_store(&tk.walked, rc == 0 ? 1 : 2);
+    return NULL;
+}
+
+static void taken_each(tw_op *op, void *arg)
+{
+    collect_op(op, arg);
+    if (op == tk.op[0]) {
+        atomic_store(&tk.go, 1);
+        wait_flag(&tk.walked, true);
+        tk.live_walked = tk.a.live;
+    }
+}
+
+static void test_walk_ends_while_key_cancelled(void **state)
+{
+    (void)state;
+    memset(&tk, 0, sizeof tk);
+    tk.p = mk_counted(&tk.a, 0);
+    struct tw_key k = KEY("w");
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(tw_op_create(tk.p, &taken_ops, &tk.r[i], SEC, &tk.op[i]), 0);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(tk.p, tk.op[i], &k, 1), 0);
+    }
+    assert_true(tw_op_force_complete(tk.op[2])); /* its timeout cancelled */
+    tw_op_release(tk.op[1]); /* held by the list and its timeout */
+    tw_op_release(tk.op[2]); /* by the list alone */
+    tk.live_before = tk.a.live;
+    atomic_store(&tk.armed, 1);
+    pthread_t b;
+    assert_int_equal(pthread_create(&b, NULL, taken_walker, NULL), 0);
+    wait_flag(&tk.pinned, true); /* B holds a copy of ops 0 and 1 */
+    tw_op *seen[4] = { 0 };
+    assert_int_equal(tw_purgatory_cancel_key(tk.p, "w", 1, taken_each, seen), 3);
+    assert_int_equal(pthread_join(b, NULL), 0);
+    assert_int_equal(atomic_load(&tk.walked), 1);
+    for (int i = 0; i < 3; i++) /* compared, not read: 1 and 2 are freed */
+        assert_ptr_equal(seen[i], tk.op[i]);
+    assert_int_equal(tk.live_walked, tk.live_before); /* B's unpin freed nothing */
+    assert_int_equal(atomic_load(&tk.r[1].attempts), 3); /* two at submission, B's */
+    assert_int_equal(atomic_load(&tk.r[2].attempts), 2); /* completed: not tried */
+    /* cancel_key done: ops 1 and 2 and the list freed */
+    assert_true(tk.a.live <= tk.live_before - 3);
+    assert_int_equal(tw_purgatory_watched(tk.p), 0);
+    assert_int_equal(tw_purgatory_delayed(tk.p), 0);
+    tw_op_release(tk.op[0]);
+    tw_purgatory_destroy(tk.p, NULL, NULL);
+    assert_int_equal(tk.a.live, 0);
+}
+
 /* An op completed by someone else while its timeout is being scheduled
  * (after the second try, before the timer id is stored): the timeout it
  * just got is cancelled, never fires, and its reference is settled; if
@@ -2585,6 +2666,7 @@ int main(void)
         cmocka_unit_test(test_walk_defers_compaction),
         cmocka_unit_test(test_walk_keeps_unwatched_entry),
         cmocka_unit_test(test_walk_keeps_entry_unwatched_meanwhile),
+        cmocka_unit_test(test_walk_ends_while_key_cancelled),
         cmocka_unit_test(test_completed_while_scheduling),
         cmocka_unit_test(test_cancelled_while_submitting),
         cmocka_unit_test(test_many_threads_complete_once),
