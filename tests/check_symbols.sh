@@ -1,5 +1,5 @@
 #!/bin/sh
-# check_symbols.sh NM LIB [ARCHIVE [MAP INCDIR VERSIONED]]
+# check_symbols.sh NM LIB [ARCHIVE [MAP INCDIR VERSIONED [READELF]]]
 #
 # Fails if the shared library exports any symbol not starting with tw_, or
 # any internal one (tw__); and if the static archive defines a global
@@ -16,7 +16,12 @@
 # else is versioned. So a function declared but left out of the map (the
 # map would hide it), or moved to another node (a program linked against it
 # would no longer load: abi_test.sh says so too), fails here.
+#
+# Given READELF (the library was linked with -Bsymbolic-functions), also
+# fails if a PLT slot names a tw_ function: the library's calls to its own
+# exports would go through the PLT (meson.build says why they must not).
 nm="$1"; lib="$2"; archive="${3:-}"; map="${4:-}"; incdir="${5:-}"; versioned="${6:-0}"
+readelf="${7:-}"
 # The checks run in a subshell (each `exit` ends it), and the temporary
 # directory goes after it: not from a trap, since the valgrind test setup
 # runs this script under memcheck, which counts dash's copy of a trap's
@@ -45,6 +50,15 @@ if [ -n "$archive" ]; then
   echo "ok: $archive defines only tw_ globals ($acount internal tw__ ones)"
 fi
 echo "ok: $count tw_ symbols, nothing else"
+if [ -n "$readelf" ]; then
+  "$readelf" -rW "$lib" > "$tmp/relocs" || { echo "$readelf -r $lib failed"; exit 1; }
+  grep -q JUMP_SLOT "$tmp/relocs" || { echo "no PLT slot at all in $lib: is readelf's output as expected?"; exit 1; }
+  plt=$(awk '/JUMP_SLOT/ {print $5}' "$tmp/relocs" | sed 's/@.*//' | grep '^tw_' || true)
+  if [ -n "$plt" ]; then
+    echo "the library calls its own functions through the PLT:"; echo "$plt"; exit 1
+  fi
+  echo "ok: no PLT slot for a tw_ function (-Bsymbolic-functions)"
+fi
 [ -n "$map" ] || exit 0
 
 # the map's functions, each with its node: "name NODE". Comments dropped,
