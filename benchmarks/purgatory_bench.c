@@ -1,11 +1,23 @@
-/* twheel-purgatory-bench: a port of Kafka's TestPurgatoryPerformance.
+/* twheel-purgatory-bench: Kafka's TestPurgatoryPerformance, ported, and
+ * a harder variant of it that walks the watch lists.
  *
  * Requests arrive at a target rate (Poisson: exponential gaps). Each
- * watches `keys` keys drawn from a key space and is submitted with
- * try_complete_else_watch. It becomes completable after a log-normal
- * latency (given by its p50 and p75, as Kafka's test does); a completion
- * queue (a second twheel timer) then marks it and calls check_and_complete
- * on its keys. Whatever is not complete by `timeout` expires.
+ * watches `keys` keys and is submitted with try_complete_else_watch. It
+ * becomes completable after a log-normal latency (given by its p50 and
+ * p75, as Kafka's test does); a completion queue (a second twheel timer)
+ * then completes it. Whatever is not complete by `timeout` expires.
+ *
+ * Two ways to complete, one per mode:
+ *   - by default (the walk), each request draws its own keys from the key
+ *     space, and its completion marks it completable and calls
+ *     check_and_complete on each of its keys: every op watched there is
+ *     tried, as a broker's event on a key does (a produce's replicas
+ *     caught up on its partition). This is not what Kafka's test does.
+ *   - --kafka is Kafka's test as it is written: the keys are drawn once,
+ *     so every request watches the same ones, and the completion queue
+ *     completes the request's own op (its forceComplete()): no list is
+ *     walked. The lists grow with every pending request, and completed
+ *     ops leave them by purge_interval's purges.
  *
  * Reported per target rate: the achieved enqueue rate, CPU time per
  * request (the whole process: generator, purgatory, timers, completion
@@ -24,7 +36,7 @@
  * within a tick of each other), and the completion queue's lateness at
  * p99 (how long after its latency a request's completion ran).
  *
- *   twheel-purgatory-bench [--quick] [--rates 50000,100000,...]
+ *   twheel-purgatory-bench [--quick] [--kafka] [--rates 50000,100000,...]
  *       [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]
  *       [--p50-ms A] [--p75-ms B]
  */
@@ -48,7 +60,8 @@ static struct {
     uint64_t timeout_ms;
     double p50_ms, p75_ms;
     const char *rates;
-} cfg = { 2.0, 3, 100, 200, 200, 400, "25000,50000,100000,200000,400000,800000" };
+    int kafka; /* Kafka's test as written: shared keys, no walk */
+} cfg = { 2.0, 3, 100, 200, 200, 400, "25000,50000,100000,200000,400000,800000", 0 };
 
 struct fake_req {
     _Atomic int completable;
@@ -123,7 +136,9 @@ static void completion_fn(tw_timer *t, tw_id id, void *arg)
     uint64_t now = now_ns();
     r->late_ns = now > r->due_ns ? now - r->due_ns : 0;
     atomic_store(&r->completable, 1);
-    for (int k = 0; k < r->nkeys; k++) {
+    if (cfg.kafka) /* Kafka's CompletionQueue: operation.forceComplete() */
+        tw_op_force_complete(r->op);
+    for (int k = 0; k < r->nkeys && !cfg.kafka; k++) {
         char key[16];
         int len = snprintf(key, sizeof key, "key-%d", r->keys[k]);
         tw_purgatory_check_and_complete(purg, key, (size_t)len);
@@ -150,6 +165,10 @@ static void run(double rate)
         exit(1);
     double mu = log(cfg.p50_ms), sigma = (log(cfg.p75_ms) - log(cfg.p50_ms)) / 0.6744897501960817;
 
+    int shared[8]; /* --kafka: one draw of keys for the whole run */
+    for (int k = 0; k < cfg.keys; k++)
+        shared[k] = (int)(urand() * cfg.key_space);
+
     double c0 = cpu_s();
     uint64_t start = now_ns(), due = start;
     for (size_t i = 0; i < n; i++) {
@@ -164,7 +183,7 @@ static void run(double rate)
         struct tw_key keys[8];
         char names[8][16];
         for (int k = 0; k < cfg.keys; k++) {
-            r->keys[k] = (int)(urand() * cfg.key_space);
+            r->keys[k] = cfg.kafka ? shared[k] : (int)(urand() * cfg.key_space);
             int len = snprintf(names[k], sizeof names[k], "key-%d", r->keys[k]);
             keys[k] = (struct tw_key){ names[k], (size_t)len };
         }
@@ -217,6 +236,8 @@ int main(int argc, char **argv)
         if (!strcmp(argv[k], "--quick")) {
             cfg.seconds = 0.3;
             cfg.rates = "50000,200000";
+        } else if (!strcmp(argv[k], "--kafka")) {
+            cfg.kafka = 1;
         } else if (!strcmp(argv[k], "--rates") && k + 1 < argc) {
             cfg.rates = argv[++k];
         } else if (!strcmp(argv[k], "--seconds") && k + 1 < argc) {
@@ -232,8 +253,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[k], "--p75-ms") && k + 1 < argc) {
             cfg.p75_ms = atof(argv[++k]);
         } else {
-            fprintf(stderr, "usage: twheel-purgatory-bench [--quick] [--rates a,b] [--seconds S]\n"
-                            "  [--keys K] [--key-space N] [--timeout-ms T] [--p50-ms A] [--p75-ms B]\n");
+            fprintf(stderr, "usage: twheel-purgatory-bench [--quick] [--kafka] [--rates a,b]\n"
+                            "  [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]\n"
+                            "  [--p50-ms A] [--p75-ms B]\n");
             return 2;
         }
     }
@@ -242,6 +264,10 @@ int main(int argc, char **argv)
     printf("purgatory: timeout %llu ms, latency p50 %.0f ms p75 %.0f ms, %d keys of %d, %.1f s per rate\n",
            (unsigned long long)cfg.timeout_ms, cfg.p50_ms, cfg.p75_ms, cfg.keys, cfg.key_space,
            cfg.seconds);
+    printf("%s\n", cfg.kafka ? "completions: --kafka, Kafka's test as written (the same keys for every "
+                               "request; each op completed by itself, no list walked)"
+                             : "completions: the walk (each request's own keys; check_and_complete on "
+                               "each, trying every op watched there)");
     printf("%10s %12s %10s %12s %10s %10s %8s %8s %9s\n", "target/s", "achieved/s", "CPU us/req",
            "peak RSS MB", "completed", "expired", "watched", "missed", "late p99");
     char *list = strdup(cfg.rates);
