@@ -34,7 +34,10 @@
  * whether they did: "missed", the requests that expired although their
  * latency was under the timeout (a few are expected, where the two fall
  * within a tick of each other), and the completion queue's lateness at
- * p99 (how long after its latency a request's completion ran).
+ * p99 (how long after its latency a request's completion ran). The last,
+ * "exp p99", is how late the expirations ran at p99 (after the op's
+ * creation plus its timeout): the purgatory's own timer, whose thread
+ * also runs the purges.
  *
  *   twheel-purgatory-bench [--quick] [--kafka] [--rates 50000,100000,...]
  *       [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]
@@ -70,6 +73,8 @@ struct fake_req {
     int should_complete; /* its latency is under the timeout */
     uint64_t due_ns;     /* when its completion is due */
     uint64_t late_ns;    /* how late its completion ran (the driver's write) */
+    uint64_t made_ns;    /* when its op was made: its timeout counts from here */
+    uint64_t exp_late_ns; /* expired: how late (at least 1), else 0 */
     tw_op *op;
 };
 
@@ -115,6 +120,8 @@ static void expire_fn(tw_op *op)
 {
     struct fake_req *r = tw_op_ctx(op);
     atomic_fetch_add(&expired_n, 1);
+    uint64_t now = now_ns(), due = r->made_ns + cfg.timeout_ms * MS;
+    r->exp_late_ns = now > due ? now - due : 1;
     if (r->should_complete)
         atomic_fetch_add(&missed_n, 1);
 }
@@ -193,6 +200,7 @@ static void run(double rate)
         /* set before the op is made: its expiry, on another thread, reads it */
         r->should_complete = latency < cfg.timeout_ms * MS;
         r->due_ns = now_ns() + latency;
+        r->made_ns = now_ns();
         tw_op_create(purg, &ops, r, cfg.timeout_ms * MS, &r->op);
         tw_purgatory_try_complete_else_watch(purg, r->op, keys, (size_t)cfg.keys);
         if (r->should_complete) /* else it will expire first */
@@ -208,25 +216,31 @@ static void run(double rate)
     double c1 = cpu_s();
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    /* The completions' lateness, read once their driver has stopped (its
-     * join orders their writes before these reads). */
+    /* Both lateness figures are read once the driver that wrote them has
+     * stopped (its join orders their writes before these reads): the
+     * completion queue's, and the purgatory's (its expirations). */
     tw_destroy(completions);
+    unsigned long long watched = (unsigned long long)tw_purgatory_watched(purg);
+    tw_purgatory_destroy(purg, NULL, NULL);
     uint64_t *late = malloc(n * sizeof(*late));
     if (!late)
         exit(1);
-    size_t nl = 0;
+    size_t nl = 0, ne = 0;
     for (size_t i = 0; i < n; i++)
         if (reqs[i].should_complete)
             late[nl++] = reqs[i].late_ns;
     qsort(late, nl, sizeof(*late), cmp_u64);
     double p99 = nl ? (double)late[(nl * 99) / 100] / 1e6 : 0;
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].exp_late_ns)
+            late[ne++] = reqs[i].exp_late_ns;
+    qsort(late, ne, sizeof(*late), cmp_u64);
+    double exp99 = ne ? (double)late[(ne * 99) / 100] / 1e6 : 0;
     free(late);
-    printf("%10.0f %12.0f %10.2f %12.1f %10ld %10ld %8llu %8ld %9.1f\n", rate, achieved,
+    printf("%10.0f %12.0f %10.2f %12.1f %10ld %10ld %8llu %8ld %9.1f %9.1f\n", rate, achieved,
            (c1 - c0) * 1e6 / (double)n, (double)ru.ru_maxrss / 1024.0, atomic_load(&completed_n),
-           atomic_load(&expired_n), (unsigned long long)tw_purgatory_watched(purg),
-           atomic_load(&missed_n), p99);
+           atomic_load(&expired_n), watched, atomic_load(&missed_n), p99, exp99);
     fflush(stdout);
-    tw_purgatory_destroy(purg, NULL, NULL);
     free(reqs);
 }
 
@@ -268,8 +282,9 @@ int main(int argc, char **argv)
                                "request; each op completed by itself, no list walked)"
                              : "completions: the walk (each request's own keys; check_and_complete on "
                                "each, trying every op watched there)");
-    printf("%10s %12s %10s %12s %10s %10s %8s %8s %9s\n", "target/s", "achieved/s", "CPU us/req",
-           "peak RSS MB", "completed", "expired", "watched", "missed", "late p99");
+    printf("%10s %12s %10s %12s %10s %10s %8s %8s %9s %9s\n", "target/s", "achieved/s",
+           "CPU us/req", "peak RSS MB", "completed", "expired", "watched", "missed", "late p99",
+           "exp p99");
     char *list = strdup(cfg.rates);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","))
         run(atof(tok));
