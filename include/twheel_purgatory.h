@@ -30,8 +30,12 @@
  * pending timeout hold one each. The op is freed when the last goes, so
  * your data may be freed in on_complete as long as the op is not used
  * afterwards. Completed ops still listed under other keys are purged once
- * their count exceeds purge_interval, which bounds the memory they hold
- * (Kafka's out-of-memory reports came from there).
+ * their count exceeds purge_interval and is an eighth of all entries
+ * listed, which bounds the memory they hold (Kafka's out-of-memory reports
+ * came from there) to purge_interval or a seventh of the live entries,
+ * whichever is more; a purge visits every entry, and so costs at most
+ * eight visits an entry it drops. A purge runs on the thread whose
+ * expiration or check_and_complete noticed the count.
  *
  * Counts: tw_purgatory_watched (entries in watch lists, completed or not
  * until purged) and tw_purgatory_delayed (ops whose timeout is pending)
@@ -78,7 +82,8 @@ struct tw_purgatory_options {
     uint32_t shards;          /* watch-list shards, a power of two, at
                                  most 65536; 0 or default: 512 (Kafka's) */
     uint64_t purge_interval;  /* purge completed ops from watch lists once
-                                 more than this many are still listed;
+                                 more than this many are still listed
+                                 (and they are an eighth of all entries);
                                  default 1000 (Kafka's); UINT64_MAX: never
                                  by itself, only tw_purgatory_purge */
 };
@@ -205,7 +210,8 @@ TW_API uint64_t tw_purgatory_watched(tw_purgatory *p);
 TW_API uint64_t tw_purgatory_delayed(tw_purgatory *p);
 /* Removes completed ops from every watch list now; returns how many
  * entries went (0 for NULL). (It also runs by itself past
- * purge_interval.) */
+ * purge_interval: see struct tw_purgatory_options.) Visits every entry
+ * listed: O(tw_purgatory_watched). */
 TW_API size_t tw_purgatory_purge(tw_purgatory *p);
 
 #ifdef __cplusplus

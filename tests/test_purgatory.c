@@ -553,6 +553,43 @@ static void test_purge_threshold(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Past purge_interval, the purge also waits until the completed entries
+ * are an eighth of all listed: with 70 live entries, 9 completed ones
+ * (more than purge_interval, 4) are kept and the 10th (10 of 80) is
+ * purged. On the count alone, the 5th would have been: a purge visits
+ * every entry, and a hot key's long list was walked whole again and
+ * again for a few completed entries. */
+static void test_purge_waits_for_an_eighth(void **state)
+{
+    (void)state;
+    enum { LIVE = 70, STALE = 10 };
+    tw_purgatory *p = mk_manual(4);
+    struct req r[LIVE + STALE];
+    memset(r, 0, sizeof(r));
+    tw_op *o[LIVE + STALE];
+    struct tw_key live = KEY("live"), done = KEY("done");
+    for (int i = 0; i < LIVE; i++) {
+        o[i] = mk_op(p, &r[i], 100000 * MS);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[i], &live, 1), 0);
+    }
+    for (int i = LIVE; i < LIVE + STALE; i++) {
+        o[i] = mk_op(p, &r[i], 100000 * MS);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[i], &done, 1), 0);
+        assert_true(tw_op_force_complete(o[i])); /* its "done" entry is completed */
+        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        int stale = i - LIVE + 1;
+        if (stale < STALE) /* 8 * stale < LIVE + stale: kept */
+            assert_int_equal(tw_purgatory_watched(p), (uint64_t)(LIVE + stale));
+        else
+            assert_int_equal(tw_purgatory_watched(p), LIVE); /* purged */
+    }
+    for (int i = 0; i < LIVE; i++)
+        assert_int_equal(atomic_load(&r[i].completed), 0); /* the live ones stay */
+    for (int i = 0; i < LIVE + STALE; i++)
+        tw_op_release(o[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* An interval past INT64_MAX is never passed: completed entries stay
  * listed until tw_purgatory_purge (the count is signed: a bound cast to it
  * would turn negative and purge at every check). */
@@ -2647,6 +2684,7 @@ int main(void)
         cmocka_unit_test(test_expiry_without_on_expire),
         cmocka_unit_test(test_purge),
         cmocka_unit_test(test_purge_threshold),
+        cmocka_unit_test(test_purge_waits_for_an_eighth),
         cmocka_unit_test(test_purge_interval_past_int64_max),
         cmocka_unit_test(test_expirations_purge),
         cmocka_unit_test(test_purge_frees_key_room),
