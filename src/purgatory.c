@@ -263,8 +263,9 @@ static bool safe_try_complete(tw_op *op)
  * visits fewer entries a purge, but frees more ops in one go, on the
  * thread whose expiration noticed: the expirations behind it wait (with
  * Kafka's own benchmark at 400,000 requests/s their lateness at p99 was
- * 1.7 to 2.6 ms on the count alone, 3.3 to 4.6 with an eighth, 4.5 to 5.3
- * with a quarter: history.md, "The purge waits for an eighth"). */
+ * 1.7 to 2.6 ms on the count alone, 3.3 to 5.6 with an eighth, 4.5 to 5.3
+ * with a quarter: history.md, "Kafka's test as written, and a purge that
+ * waits for an eighth"). */
 #define TW__PURGE_SHARE 8u
 
 static void maybe_purge(tw_purgatory *p)
