@@ -172,7 +172,7 @@ static void run(double rate)
         exit(1);
     double mu = log(cfg.p50_ms), sigma = (log(cfg.p75_ms) - log(cfg.p50_ms)) / 0.6744897501960817;
 
-    int shared[8]; /* --kafka: one draw of keys for the whole run */
+    int shared[8] = { 0 }; /* --kafka: one draw of keys for the whole run */
     for (int k = 0; k < cfg.keys; k++)
         shared[k] = (int)(urand() * cfg.key_space);
 
