@@ -208,6 +208,14 @@ void tw__op_unlisted(tw_op *op)
         atomic_fetch_sub(&op->p->stale, 1);
 }
 
+void tw__completed_unlisted(tw_purgatory *p, size_t n)
+{
+    if (n) {
+        atomic_fetch_sub(&p->watched, n);
+        atomic_fetch_sub(&p->stale, (int64_t)n);
+    }
+}
+
 /* Cancels the op's pending timeout, settling its reference if the task
  * will never run. */
 static void cancel_timeout(tw_op *op)

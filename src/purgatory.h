@@ -166,5 +166,9 @@ size_t tw__purge_all(tw_purgatory *p);
 
 /* The op lost its place in a list: accounting for that. */
 void tw__op_unlisted(tw_op *op);
+/* n completed ops lost a place in a list each, their own nlisted counts
+ * taken down already: the purgatory's counts for all of them at once
+ * (a compaction's; two atomics a list, not two an entry). */
+void tw__completed_unlisted(tw_purgatory *p, size_t n);
 
 #endif

@@ -116,7 +116,8 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
             continue;
         }
         if (!dead) {
-            tw__op_unlisted(e);
+            /* the purgatory's counts once for the whole list, below */
+            atomic_fetch_sub(&e->nlisted, 1);
             gone++;
         }
         if (held)
@@ -125,6 +126,7 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
             tw_op_release(tw__untag(e));
     }
     w->n = keep;
+    tw__completed_unlisted(p, gone);
     if (held) {
         w->limbo = limbo;
         w->nlimbo = j;
