@@ -84,7 +84,7 @@ static tw_purgatory *purg;
  * from here, so the generator's own work per request is a few random
  * draws and one clock read, and the CPU a request is mostly the
  * purgatory's (three snprintf and two clock reads more a request, before
- * the eighty-first session, were ~15% of it under --kafka) */
+ * ca67509, took ~8% of the samples under --kafka at 800,000/s) */
 static struct tw_key *key_names;
 
 static uint64_t now_ns(void)
