@@ -1,0 +1,102 @@
+/* test_watchers.c: white-box tests of the purgatory's watch lists
+ * (src/watchers.c), linked against the static library. Each calls the
+ * lists' internal steps (a walker's snapshot and unpin, cancel_key's take
+ * and release) in an order that the public API reaches only by a race
+ * between threads with no callback in its window, so no black-box test
+ * can hold it there. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "purgatory.h"
+
+#define SEC 1000000000ull
+
+static bool never(tw_op *op)
+{
+    (void)op;
+    return false;
+}
+
+static int completions;
+static void counted(tw_op *op)
+{
+    (void)op;
+    completions++;
+}
+
+static const struct tw_op_ops ops = { never, counted, NULL };
+
+static tw_purgatory *manual_purgatory(void)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer.threaded = 0; /* nothing here needs time to pass */
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    return p;
+}
+
+/* A walker pins a key's list; the op it copied is completed, and a second
+ * walker, finding nothing to try, compacts the list empty, which stays
+ * while pinned. cancel_key takes the list (unlinked from its shard,
+ * `taken`), and the first walker unpins before cancel_key releases it.
+ * The unpin must leave the taken list alone: an empty list no walker
+ * holds is otherwise unlinked and freed there, and this one is in no
+ * chain (the unlink would walk off its end) and still cancel_key's to
+ * release (a use after free). The watchers.c guard: drop_if_empty's
+ * `!w->taken`. */
+static void test_unpin_leaves_a_taken_list_to_cancel_key(void **state)
+{
+    (void)state;
+    tw_purgatory *p = manual_purgatory();
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &op), 0);
+    const struct tw_key k = { "key", 3 };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    assert_int_equal(tw_purgatory_watched(p), 1);
+
+    tw_op *buf[4], **got;
+    struct tw__pin first, second;
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, 4, &got, &first), 1);
+    assert_ptr_equal(got[0], op);
+    completions = 0;
+    assert_true(tw_op_force_complete(op));
+    assert_int_equal(completions, 1);
+    /* the second walker: nothing to try, so nothing pinned; the list is
+     * compacted to empty (its entry to limbo: the first walker may still
+     * read the op) and kept, pinned */
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, 4, &got, &second), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+
+    struct tw__wshard *s;
+    struct tw__watcher *w = tw__take_key(p, "key", 3, &s);
+    assert_non_null(w);
+    assert_int_equal(w->n, 0);
+    assert_int_equal(w->nlimbo, 1);
+    assert_int_equal(w->taken, TW__TAKEN);
+    uint32_t lists = s->n;
+
+    tw__unpin(p, &first); /* the epoch's last walker: limbo goes */
+    assert_int_equal(w->nlimbo, 0);
+    assert_int_equal(w->taken, TW__TAKEN); /* still cancel_key's */
+    assert_int_equal(s->n, lists);         /* not unlinked a second time */
+
+    tw__drop_taken(p, s, w); /* cancel_key's release: frees it */
+    assert_null(tw__take_key(p, "key", 3, &s));
+    assert_int_equal(tw_purgatory_cancel_key(p, "key", 3, NULL, NULL), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(completions, 1);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unpin_leaves_a_taken_list_to_cancel_key),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
