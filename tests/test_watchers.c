@@ -1,9 +1,10 @@
 /* test_watchers.c: white-box tests of the purgatory's watch lists
- * (src/watchers.c), linked against the static library. Each calls the
+ * (src/watchers.c), linked against the static library: what the public
+ * API cannot show (how many lists a purgatory holds), and orders of the
  * lists' internal steps (a walker's snapshot and unpin, cancel_key's take
- * and release) in an order that the public API reaches only by a race
- * between threads with no callback in its window, so no black-box test
- * can hold it there. */
+ * and release) that the API reaches only by a race between threads with
+ * no callback in its window, so that no black-box test can hold it
+ * there. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -93,10 +94,51 @@ static void test_unpin_leaves_a_taken_list_to_cancel_key(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Watch lists, all shards. */
+static uint32_t lists(const tw_purgatory *p)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < p->nshards; k++)
+        n += p->shards[k].n;
+    return n;
+}
+
+/* An event on a key whose ops have all completed elsewhere finds nothing
+ * to try: the list is compacted and, empty, removed at once. Left for a
+ * purge, it would wait for one started by the count of completed entries
+ * still listed, which an emptied list no longer adds to: where each op
+ * watches one key and its key's event completes it, no purge starts, and
+ * every key's list would stay. */
+static void test_event_with_nothing_to_try_removes_the_list(void **state)
+{
+    (void)state;
+    tw_purgatory *p = manual_purgatory();
+    tw_op *a, *b;
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &a), 0);
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &b), 0);
+    const struct tw_key k = { "key", 3 }, other = { "other", 5 };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, a, &k, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, &other, 1), 0);
+    assert_int_equal(lists(p), 2);
+    assert_true(tw_op_force_complete(a)); /* still listed, completed */
+    assert_int_equal(tw_purgatory_watched(p), 2);
+
+    assert_int_equal(tw_purgatory_check_and_complete(p, "key", 3), 0);
+    assert_int_equal(lists(p), 1); /* "key"'s is gone, "other"'s stays */
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    struct tw__wshard *s;
+    assert_null(tw__take_key(p, "key", 3, &s));
+
+    tw_op_release(a);
+    tw_op_release(b);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unpin_leaves_a_taken_list_to_cancel_key),
+        cmocka_unit_test(test_event_with_nothing_to_try_removes_the_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
