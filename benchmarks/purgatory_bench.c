@@ -293,8 +293,11 @@ int main(int argc, char **argv)
         cfg.key_space = 100;
     char *name_buf = malloc((size_t)cfg.key_space * 16);
     key_names = malloc((size_t)cfg.key_space * sizeof(*key_names));
-    if (!name_buf || !key_names)
+    if (!name_buf || !key_names) {
+        free(name_buf);
+        free(key_names);
         return 1;
+    }
     for (int k = 0; k < cfg.key_space; k++) {
         int len = snprintf(name_buf + (size_t)k * 16, 16, "key-%d", k);
         key_names[k] = (struct tw_key){ name_buf + (size_t)k * 16, (size_t)len };
