@@ -155,8 +155,8 @@ TW_API bool tw_op_force_complete(tw_op *op);
  * it is now watched and delayed, or if another thread completed it
  * (tw_op_is_completed tells; completed before the call, nothing is tried,
  * watched or scheduled); -EINVAL (NULL p or op, keys NULL with nkeys > 0,
- * a key with NULL data or length 0, an op already submitted or of another
- * purgatory); -ENOMEM, or -EAGAIN where the timer's max_pending is
+ * nkeys past 2^30 - 1, a key with NULL data or length 0, an op already
+ * submitted or of another purgatory); -ENOMEM, or -EAGAIN where the timer's max_pending is
  * reached (op is then neither watched nor delayed, and may be submitted
  * again); -ESHUTDOWN (timer stopped). An op that another thread
  * completes while its timeout is being scheduled, or hands over with

@@ -195,16 +195,19 @@ bool tw_op_is_completed(const tw_op *op)
     return op && tw__op_completed(op);
 }
 
-static int op_state(tw_op *op)
+/* The op's flags (COMPLETED, CANCELLED), without its count of lists. */
+static uint32_t op_state(tw_op *op)
 {
-    return atomic_load(&op->state);
+    return atomic_load(&op->state) & TW__OP_FLAGS;
 }
 
 void tw__op_unlisted(tw_op *op)
 {
-    atomic_fetch_sub(&op->nlisted, 1);
+    /* completed before this step: its completion counted this list in
+     * `stale`; after it, not */
+    uint32_t was = atomic_fetch_sub(&op->state, TW__OP_LISTED);
     atomic_fetch_sub(&op->p->watched, 1);
-    if (tw__op_completed(op))
+    if (was & TW__OP_COMPLETED)
         atomic_fetch_sub(&op->p->stale, 1);
 }
 
@@ -230,20 +233,26 @@ static void cancel_timeout(tw_op *op)
 /* Completes op unless its state already has COMPLETED or a bit of
  * `refuse` (an expiration refuses CANCELLED). Returns whether this call
  * completed it and ran on_complete. */
-static bool complete(tw_op *op, int refuse)
+static bool complete(tw_op *op, uint32_t refuse)
 {
     op_lock(op);
-    int s = atomic_load(&op->state);
+    uint32_t s = atomic_load(&op->state);
     do {
         if (s & (TW__OP_COMPLETED | refuse)) {
             op_unlock(op);
             return false;
         }
     } while (!atomic_compare_exchange_weak(&op->state, &s, s | TW__OP_COMPLETED));
-    /* nlisted is stable here: lists only grow under this lock. An op held
-     * past tw_purgatory_destroy is in no list and has no timeout (destroy
-     * took both), so from here on it touches nothing of its purgatory. */
-    uint32_t listed = atomic_load(&op->nlisted);
+    /* The lists holding it as it completed, read in the step that
+     * completed it: each counts once in `stale` and comes off once as it
+     * lets the op go, whenever that is (a compaction goes by COMPLETED
+     * alone, and may drop it before this line runs; cancel_key's
+     * tw__op_unlisted learns from the same word which side it was on).
+     * Read apart, each time the two met the count drifted down by one,
+     * for good, and held purges back. An op held past
+     * tw_purgatory_destroy is in no list and has no timeout (destroy took
+     * both), so from here on it touches nothing of its purgatory. */
+    uint32_t listed = s / TW__OP_LISTED;
     if (listed)
         atomic_fetch_add(&op->p->stale, (int64_t)listed);
     cancel_timeout(op);
@@ -325,7 +334,7 @@ static void expire_fn(tw_timer *t, tw_id id, void *arg)
 int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
                                          const struct tw_key *keys, size_t nkeys)
 {
-    if (!p || !op || op->p != p || (nkeys && !keys))
+    if (!p || !op || op->p != p || (nkeys && !keys) || nkeys > TW__OP_MAX_LISTED)
         return -EINVAL;
     for (size_t k = 0; k < nkeys; k++)
         if (!keys[k].data || !keys[k].len)
@@ -350,7 +359,7 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
             /* a cancel_key may have handed it over meanwhile (through
              * a key watched already): the caller has it from there, and
              * an error here would answer the request a second time */
-            int handed = op_state(op) & TW__OP_CANCELLED;
+            bool handed = op_state(op) & TW__OP_CANCELLED;
             if (!handed)
                 atomic_store(&op->submitted, 0);
             op_unlock(op);

@@ -31,11 +31,14 @@ struct tw_op {
     struct tw__lock lock;
     uint32_t depth;
     _Atomic uintptr_t owner;
-    _Atomic int state;       /* TW__OP_COMPLETED | TW__OP_CANCELLED */
+    /* TW__OP_COMPLETED | TW__OP_CANCELLED, and above them the watch lists
+     * holding it (TW__OP_LISTED each): one word, so that a completion
+     * reads the lists holding it in the step that completes it, and a
+     * list that lets it go learns in one step whether that was before. */
+    _Atomic uint32_t state;
     _Atomic int submitted;
     _Atomic long refs;
     _Atomic tw_id timer_id;  /* pending timeout, 0 if none */
-    _Atomic uint32_t nlisted; /* watch lists holding it */
 };
 
 /* An op's state bits. COMPLETED is set once, by the one completer.
@@ -44,8 +47,14 @@ struct tw_op {
  * was not handed over first (one compare-and-swap), and cancel_key learns
  * from the same word whether it came after a completion; it takes no op
  * lock, so it may be called from a callback holding another op's. */
-#define TW__OP_COMPLETED 1
-#define TW__OP_CANCELLED 2
+#define TW__OP_COMPLETED 1u
+#define TW__OP_CANCELLED 2u
+#define TW__OP_FLAGS 3u
+/* One watch list holding the op, counted in its state; at most
+ * TW__OP_MAX_LISTED (tw_purgatory_try_complete_else_watch refuses more
+ * keys). */
+#define TW__OP_LISTED 4u
+#define TW__OP_MAX_LISTED (UINT32_MAX / TW__OP_LISTED)
 
 /* tw_op_is_completed for op not NULL, inline: the walks call it on every
  * op, and a call to the exported function goes through the PLT. */
@@ -129,7 +138,10 @@ struct tw_purgatory {
     size_t shards_bytes;
     uint64_t purge_interval;
     _Atomic uint64_t watched, delayed;
-    _Atomic int64_t stale; /* completed ops still listed (estimate) */
+    /* completed entries still listed: exact while no call is under way
+     * (below it for a moment where a compaction drops an op whose
+     * completion has yet to add its lists: maybe_purge) */
+    _Atomic int64_t stale;
     _Atomic int purging;
     void (*unfinished)(tw_op *op, void *arg); /* during destroy */
     void *unfinished_arg;
@@ -166,9 +178,9 @@ size_t tw__purge_all(tw_purgatory *p);
 
 /* The op lost its place in a list: accounting for that. */
 void tw__op_unlisted(tw_op *op);
-/* n completed ops lost a place in a list each, their own nlisted counts
- * taken down already: the purgatory's counts for all of them at once
- * (a compaction's; two atomics a list, not two an entry). */
+/* n completed ops lost a place in a list each (a compaction's): the
+ * purgatory's counts for all of them at once, two atomics a list, not two
+ * an entry. Their own counts of lists are left as they are (compact). */
 void tw__completed_unlisted(tw_purgatory *p, size_t n);
 
 #endif

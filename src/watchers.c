@@ -115,11 +115,10 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
             w->ops[keep++] = e;
             continue;
         }
-        if (!dead) {
-            /* the purgatory's counts once for the whole list, below */
-            atomic_fetch_sub(&e->nlisted, 1);
-            gone++;
-        }
+        /* A completed op's count of lists is read no more (its
+         * completion read it in the step that completed it): left as it
+         * is. The purgatory's counts go once for the whole list, below. */
+        gone += !dead;
         if (held)
             limbo[j++] = tw__untag(e);
         else
@@ -253,7 +252,7 @@ int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
     }
     tw_op_retain(op);
     w->ops[w->n++] = op;
-    atomic_fetch_add(&op->nlisted, 1);
+    atomic_fetch_add(&op->state, TW__OP_LISTED); /* under the op lock */
     atomic_fetch_add(&p->watched, 1);
     rc = 0;
 out:

@@ -1050,6 +1050,10 @@ static void test_errors_and_alloc_failure(void **state)
     struct tw_key second_empty[2] = { KEY("k"), empty };
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, second_empty, 2), -EINVAL);
     assert_int_equal(tw_purgatory_watched(p), 0); /* checked before any watch */
+    /* more keys than an op's count of lists holds (2^30 - 1): refused
+     * before one is read (only one is there to read) */
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, (size_t)1 << 30), -EINVAL);
+    assert_int_equal(tw_purgatory_watched(p), 0);
     assert_int_equal(r.attempts, 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), -EINVAL); /* twice */

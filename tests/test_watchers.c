@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #include "purgatory.h"
 
@@ -134,11 +137,106 @@ static void test_event_with_nothing_to_try_removes_the_list(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* The entries listed (*all) and the completed ones among them, counted
+ * by walking every list: what the purgatory's `watched` and `stale` must
+ * say when no thread is inside it. */
+static int64_t stale_listed(const tw_purgatory *p, int64_t *all)
+{
+    int64_t n = 0;
+    *all = 0;
+    for (uint32_t k = 0; k < p->nshards; k++) {
+        const struct tw__wshard *s = &p->shards[k];
+        for (uint32_t b = 0; b < s->cap; b++)
+            for (const struct tw__watcher *w = s->table[b]; w; w = w->next)
+                for (uint32_t i = 0; i < w->n; i++) {
+                    *all += !tw__dead(w->ops[i]);
+                    n += !tw__dead(w->ops[i]) && tw__op_completed(w->ops[i]);
+                }
+    }
+    return n;
+}
+
+#define RACE_OPS 2000
+#define RACE_ROUNDS 200
+
+struct race {
+    tw_purgatory *p;
+    tw_op *ops[RACE_OPS];
+    atomic_int done, completed;
+};
+
+static void *purger(void *arg)
+{
+    struct race *r = arg;
+    while (!atomic_load(&r->done))
+        tw_purgatory_purge(r->p);
+    return NULL;
+}
+
+/* cancel_key on one of the keys once a quarter of the ops are completed:
+ * it lets the rest go from that list as they are being completed */
+static void *canceller(void *arg)
+{
+    struct race *r = arg;
+    while (atomic_load(&r->completed) < RACE_OPS / 4)
+        sched_yield(); /* valgrind runs one thread at a time */
+    tw_purgatory_cancel_key(r->p, "c", 1, NULL, NULL);
+    return NULL;
+}
+
+/* Ops completed while another thread compacts their lists and a third
+ * lets one key's list go (cancel_key): a compaction sees an op's
+ * COMPLETED bit as soon as its completion sets it, and may drop the op
+ * from a list before the completion has counted the lists it is in.
+ * `stale` must come out exact all the same, once the threads are done: a
+ * count that drifted below the truth each time the two met would hold
+ * purges back for good (and one above, start them needlessly). Before
+ * the op's flags and its count of lists were one word, it drifted in the
+ * first round. */
+static void test_stale_exact_when_completion_meets_compaction(void **state)
+{
+    (void)state;
+    struct race r = { 0 };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.purge_interval = UINT64_MAX; /* purges by the purger alone */
+    assert_int_equal(tw_purgatory_create(&r.p, &o), 0);
+    const struct tw_key keys[3] = { { "a", 1 }, { "b", 1 }, { "c", 1 } };
+    for (int round = 0; round < RACE_ROUNDS; round++) {
+        for (int i = 0; i < RACE_OPS; i++) {
+            assert_int_equal(tw_op_create(r.p, &ops, NULL, 3600 * SEC, &r.ops[i]), 0);
+            assert_int_equal(tw_purgatory_try_complete_else_watch(r.p, r.ops[i], keys, 3), 0);
+        }
+        atomic_store(&r.done, 0);
+        atomic_store(&r.completed, 0);
+        pthread_t t, c;
+        assert_int_equal(pthread_create(&t, NULL, purger, &r), 0);
+        assert_int_equal(pthread_create(&c, NULL, canceller, &r), 0);
+        for (int i = 0; i < RACE_OPS; i++) {
+            assert_true(tw_op_force_complete(r.ops[i]));
+            atomic_store(&r.completed, i + 1);
+        }
+        atomic_store(&r.done, 1);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        assert_int_equal(pthread_join(c, NULL), 0);
+        int64_t listed;
+        assert_int_equal(atomic_load(&r.p->stale), stale_listed(r.p, &listed));
+        assert_int_equal(tw_purgatory_watched(r.p), listed);
+        tw_purgatory_purge(r.p);
+        assert_int_equal(atomic_load(&r.p->stale), 0);
+        assert_int_equal(tw_purgatory_watched(r.p), 0);
+        for (int i = 0; i < RACE_OPS; i++)
+            tw_op_release(r.ops[i]);
+    }
+    tw_purgatory_destroy(r.p, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unpin_leaves_a_taken_list_to_cancel_key),
         cmocka_unit_test(test_event_with_nothing_to_try_removes_the_list),
+        cmocka_unit_test(test_stale_exact_when_completion_meets_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
