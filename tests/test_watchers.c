@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 
 #include "purgatory.h"
@@ -137,6 +138,108 @@ static void test_event_with_nothing_to_try_removes_the_list(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A purge meets a list a walker holds, emptied by completions: its
+ * entries go to limbo (the walker may still read their ops) and the list
+ * stays until the walker unpins, which releases limbo and removes it.
+ * Removed by the purge, the walker's unpin would write to freed memory. */
+static void test_purge_keeps_an_emptied_list_a_walker_holds(void **state)
+{
+    (void)state;
+    tw_purgatory *p = manual_purgatory();
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &op), 0);
+    const struct tw_key k = { "key", 3 };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    tw_op *buf[4], **got;
+    struct tw__pin pin;
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, 4, &got, &pin), 1);
+    assert_true(tw_op_force_complete(op));
+    assert_int_equal(tw_purgatory_purge(p), 1);
+    assert_int_equal(lists(p), 1); /* held: kept, empty */
+    assert_int_equal(pin.w->n, 0);
+    assert_int_equal(pin.w->nlimbo, 1);
+    tw__unpin(p, &pin);
+    assert_int_equal(lists(p), 0);
+    tw_op_release(op);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
+/* An allocator hook that, once armed, completes `victim` from inside the
+ * allocation of `want` bytes (standing in for another thread completing
+ * it just then: the header forbids a hook to call back into the
+ * purgatory, and here nothing it takes is held by this thread), and
+ * gives that block a canary word past its end. */
+#define CANARY ((tw_op *)(uintptr_t)0x5ca1ab1eu)
+struct hook {
+    tw_op *victim;
+    size_t want;
+    tw_op **block; /* the armed allocation */
+};
+
+static void *hook_alloc(void *ctx, size_t size)
+{
+    struct hook *h = ctx;
+    if (!h->victim || size != h->want)
+        return malloc(size);
+    tw_op *v = h->victim;
+    h->victim = NULL;
+    assert_true(tw_op_force_complete(v));
+    h->block = malloc(size + sizeof(tw_op *));
+    if (h->block)
+        h->block[size / sizeof(tw_op *)] = CANARY;
+    return h->block;
+}
+
+static void hook_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
+
+/* A compaction of a held list counts its completed entries, allocates a
+ * limbo of that many, then moves them: an op completed between the count
+ * and the move (another thread's completion, which takes no shard lock)
+ * stays in the list till the next compaction. Moved too, it would be
+ * written past limbo's end. */
+static void test_compaction_moves_no_more_than_it_counted(void **state)
+{
+    (void)state;
+    struct hook h = { 0 };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer.threaded = 0;
+    o.timer.allocator = (struct tw_allocator){ hook_alloc, hook_free, &h };
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_op *a, *b, *v;
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &a), 0);
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &b), 0);
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &v), 0);
+    const struct tw_key k = { "key", 3 };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, a, &k, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, &k, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, v, &k, 1), 0);
+    tw_op *buf[4], **got;
+    struct tw__pin pin;
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, 4, &got, &pin), 3);
+    assert_true(tw_op_force_complete(a));
+    h.victim = v; /* completed as limbo for a alone is allocated */
+    h.want = sizeof(tw_op *);
+    assert_int_equal(tw_purgatory_purge(p), 1);
+    assert_null(h.victim);
+    assert_ptr_equal(pin.w->limbo, h.block);
+    assert_int_equal(pin.w->nlimbo, 1);
+    assert_ptr_equal(h.block[1], CANARY);
+    assert_int_equal(pin.w->n, 2); /* b, and v till next time */
+    tw__unpin(p, &pin); /* compacts, no walker out: v goes */
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    assert_int_equal(tw_purgatory_purge(p), 0);
+    tw_op_release(a);
+    tw_op_release(b);
+    tw_op_release(v);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* The entries listed (*all) and the completed ones among them, counted
  * by walking every list: what the purgatory's `watched` and `stale` must
  * say when no thread is inside it. */
@@ -236,6 +339,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unpin_leaves_a_taken_list_to_cancel_key),
         cmocka_unit_test(test_event_with_nothing_to_try_removes_the_list),
+        cmocka_unit_test(test_purge_keeps_an_emptied_list_a_walker_holds),
+        cmocka_unit_test(test_compaction_moves_no_more_than_it_counted),
         cmocka_unit_test(test_stale_exact_when_completion_meets_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
