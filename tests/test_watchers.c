@@ -260,29 +260,38 @@ static int64_t stale_listed(const tw_purgatory *p, int64_t *all)
 }
 
 #define RACE_OPS 2000
-#define RACE_ROUNDS 200
+#define RACE_ROUNDS 100
 
 struct race {
     tw_purgatory *p;
     tw_op *ops[RACE_OPS];
-    atomic_int done, completed;
+    atomic_int done;
+    pthread_mutex_t mu; /* a quarter of the ops completed: go */
+    pthread_cond_t cv;
+    int go;
 };
 
 static void *purger(void *arg)
 {
     struct race *r = arg;
-    while (!atomic_load(&r->done))
+    while (!atomic_load(&r->done)) {
         tw_purgatory_purge(r->p);
+        sched_yield(); /* valgrind runs one thread at a time: let the others */
+    }
     return NULL;
 }
 
 /* cancel_key on one of the keys once a quarter of the ops are completed:
- * it lets the rest go from that list as they are being completed */
+ * it lets the rest go from that list as they are being completed (it
+ * sleeps till then: a spin would starve the others under valgrind, which
+ * runs one thread at a time) */
 static void *canceller(void *arg)
 {
     struct race *r = arg;
-    while (atomic_load(&r->completed) < RACE_OPS / 4)
-        sched_yield(); /* valgrind runs one thread at a time */
+    pthread_mutex_lock(&r->mu);
+    while (!r->go)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
     tw_purgatory_cancel_key(r->p, "c", 1, NULL, NULL);
     return NULL;
 }
@@ -300,9 +309,12 @@ static void test_stale_exact_when_completion_meets_compaction(void **state)
 {
     (void)state;
     struct race r = { 0 };
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
     struct tw_purgatory_options o;
     tw_purgatory_options_init(&o);
     o.purge_interval = UINT64_MAX; /* purges by the purger alone */
+    o.shards = 4; /* a purge's walk of the shards short, its passes many */
     assert_int_equal(tw_purgatory_create(&r.p, &o), 0);
     const struct tw_key keys[3] = { { "a", 1 }, { "b", 1 }, { "c", 1 } };
     for (int round = 0; round < RACE_ROUNDS; round++) {
@@ -311,13 +323,18 @@ static void test_stale_exact_when_completion_meets_compaction(void **state)
             assert_int_equal(tw_purgatory_try_complete_else_watch(r.p, r.ops[i], keys, 3), 0);
         }
         atomic_store(&r.done, 0);
-        atomic_store(&r.completed, 0);
+        r.go = 0;
         pthread_t t, c;
         assert_int_equal(pthread_create(&t, NULL, purger, &r), 0);
         assert_int_equal(pthread_create(&c, NULL, canceller, &r), 0);
         for (int i = 0; i < RACE_OPS; i++) {
             assert_true(tw_op_force_complete(r.ops[i]));
-            atomic_store(&r.completed, i + 1);
+            if (i + 1 == RACE_OPS / 4) {
+                pthread_mutex_lock(&r.mu);
+                r.go = 1;
+                pthread_cond_signal(&r.cv);
+                pthread_mutex_unlock(&r.mu);
+            }
         }
         atomic_store(&r.done, 1);
         assert_int_equal(pthread_join(t, NULL), 0);
@@ -332,6 +349,8 @@ static void test_stale_exact_when_completion_meets_compaction(void **state)
             tw_op_release(r.ops[i]);
     }
     tw_purgatory_destroy(r.p, NULL, NULL);
+    pthread_cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.mu);
 }
 
 int main(void)
