@@ -44,6 +44,16 @@ static tw_purgatory *manual_purgatory(void)
     return p;
 }
 
+/* An op of p's, waiting, watched under "key" alone. */
+static tw_op *watching_key(tw_purgatory *p)
+{
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &op), 0);
+    const struct tw_key k = { "key", 3 };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    return op;
+}
+
 /* A walker pins a key's list; the op it copied is completed, and a second
  * walker, finding nothing to try, compacts the list empty, which stays
  * while pinned. cancel_key takes the list (unlinked from its shard,
@@ -57,10 +67,7 @@ static void test_unpin_leaves_a_taken_list_to_cancel_key(void **state)
 {
     (void)state;
     tw_purgatory *p = manual_purgatory();
-    tw_op *op;
-    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &op), 0);
-    const struct tw_key k = { "key", 3 };
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    tw_op *op = watching_key(p);
     assert_int_equal(tw_purgatory_watched(p), 1);
 
     tw_op *buf[4], **got;
@@ -146,10 +153,7 @@ static void test_purge_keeps_an_emptied_list_a_walker_holds(void **state)
 {
     (void)state;
     tw_purgatory *p = manual_purgatory();
-    tw_op *op;
-    assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &op), 0);
-    const struct tw_key k = { "key", 3 };
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    tw_op *op = watching_key(p);
     tw_op *buf[4], **got;
     struct tw__pin pin;
     assert_int_equal(tw__snapshot(p, "key", 3, buf, 4, &got, &pin), 1);
