@@ -156,9 +156,9 @@ TW_API bool tw_op_force_complete(tw_op *op);
  * (tw_op_is_completed tells; completed before the call, nothing is tried,
  * watched or scheduled); -EINVAL (NULL p or op, keys NULL with nkeys > 0,
  * nkeys past 2^30 - 1, a key with NULL data or length 0, an op already
- * submitted or of another purgatory); -ENOMEM, or -EAGAIN where the timer's max_pending is
- * reached (op is then neither watched nor delayed, and may be submitted
- * again); -ESHUTDOWN (timer stopped). An op that another thread
+ * submitted or of another purgatory); -ENOMEM, or -EAGAIN where the
+ * timer's max_pending is reached (op is then neither watched nor delayed,
+ * and may be submitted again); -ESHUTDOWN (timer stopped). An op that another thread
  * completes while its timeout is being scheduled, or hands over with
  * tw_purgatory_cancel_key while this call runs, returns 0 even if a watch
  * or the schedule then fails (and a handed-over op gets no timeout): its
