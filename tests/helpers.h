@@ -165,7 +165,15 @@ struct count_alloc {
     long failed;
     size_t fail_above; /* 0 = no limit; else larger requests fail */
     size_t bytes;
+    /* Set: a freed block is filled with TW_POISON and kept, not freed,
+     * until count_quarantine_release checks that nothing wrote it since:
+     * a use after free that writes shows in any build, not only under
+     * AddressSanitizer. Its header's second word links the kept blocks. */
+    int quarantine;
+    size_t *kept;
 };
+
+#define TW_POISON 0xa5
 
 static inline void *count_alloc_fn(void *ctx, size_t size)
 {
@@ -191,7 +199,32 @@ static inline void count_free_fn(void *ctx, void *p)
     a->frees++;
     a->live--;
     a->bytes -= *h;
+    if (a->quarantine) {
+        memset(p, TW_POISON, *h);
+        h[1] = (size_t)(uintptr_t)a->kept;
+        a->kept = h;
+        return;
+    }
     free(h);
+}
+
+/* Frees the blocks the quarantine kept; returns how many of them were
+ * written after they were freed (0 if none). */
+static inline long count_quarantine_release(struct count_alloc *a)
+{
+    long written = 0;
+    while (a->kept) {
+        size_t *h = a->kept;
+        const unsigned char *b = (const unsigned char *)h + 16;
+        for (size_t i = 0; i < h[0]; i++)
+            if (b[i] != TW_POISON) {
+                written++;
+                break;
+            }
+        a->kept = (size_t *)(uintptr_t)h[1];
+        free(h);
+    }
+    return written;
 }
 
 /* The counting allocator as a timer's allocator. */

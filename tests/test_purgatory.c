@@ -936,8 +936,10 @@ static void test_destroy_waits_for_expiration(void **state)
  * handed to `unfinished`), never submitted, completed while still listed
  * under another key, and expired. Afterwards they can be read, completed
  * (on_complete runs, nothing else) and released, the last release freeing
- * each through the purgatory's allocator (ASan and valgrind in CI check
- * that none of it reads the purgatory). */
+ * each through the purgatory's allocator. What the purgatory freed is
+ * kept poisoned (the allocator's quarantine), so that a write to it after
+ * destroy fails this test in any build; ASan and valgrind in CI also
+ * check that nothing reads it. */
 static void test_ops_outlive_purgatory(void **state)
 {
     (void)state;
@@ -955,6 +957,7 @@ static void test_ops_outlive_purgatory(void **state)
     assert_int_equal(tw_advance(tw_purgatory_timer(p), 10 * MS), 1); /* gone */
     assert_int_equal(r[3].expired, 1);
     int handed = 0;
+    a.quarantine = 1;
     tw_purgatory_destroy(p, count_unfinished, &handed);
     assert_int_equal(handed, 1); /* wait */
     assert_int_equal(a.live, 4); /* the four ops, nothing else */
@@ -978,6 +981,7 @@ static void test_ops_outlive_purgatory(void **state)
     tw_op_release(done);
     tw_op_release(gone);
     assert_int_equal(a.live, 0);
+    assert_int_equal(count_quarantine_release(&a), 0);
 }
 
 /* tw_purgatory_destroy from an expiration or from its own `unfinished`
