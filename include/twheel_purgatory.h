@@ -35,7 +35,12 @@
  * came from there) to purge_interval or a seventh of the live entries,
  * whichever is more; a purge visits every entry, and so costs at most
  * eight visits an entry it drops. A purge runs on the thread whose
- * expiration or check_and_complete noticed the count.
+ * expiration or check_and_complete noticed the count. Besides the op and
+ * its entry in each watch list (88 and 16 bytes on 64-bit targets), each
+ * live op has a 4-byte word in a table of the purgatory's that says
+ * whether it is completed, so that a purge reads that and not the op;
+ * the table keeps its largest size until it is freed, with the purgatory
+ * or with the last op held past it, whichever goes last.
  *
  * Counts: tw_purgatory_watched (entries in watch lists, completed or not
  * until purged) and tw_purgatory_delayed (ops whose timeout is pending)
@@ -106,7 +111,8 @@ TW_API int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_opt
  * list; ops the caller still holds stay valid until tw_op_release, in no
  * list and with no timeout: tw_op_ctx, tw_op_is_completed, tw_op_retain,
  * tw_op_release and tw_op_force_complete (it runs on_complete) work on
- * them, from any thread, and use nothing of the purgatory. Not
+ * them, from any thread, and use nothing of the purgatory but its table of
+ * completion words (above, "Memory"), freed with the last of them. Not
  * from a callback of this purgatory. From one its timer runs (an expiring
  * op's on_complete and on_expire) or from unfinished it writes a message
  * to stderr and aborts (a void call cannot report it, and going on would

@@ -81,12 +81,18 @@ int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_options *o
     p->nshards = o.shards;
     p->purge_interval = o.purge_interval;
     tw__hash_key_init(&p->hkey);
+    if ((rc = tw__states_create(&p->states, &p->a))) {
+        tw__p_free(p, p);
+        return rc;
+    }
     if ((rc = tw__watchers_init(p))) {
+        tw__states_release(p->states);
         tw__p_free(p, p);
         return rc;
     }
     if ((rc = tw_create(&p->timer, &o.timer))) {
         tw__watchers_destroy(p);
+        tw__states_release(p->states);
         tw__p_free(p, p);
         return rc;
     }
@@ -121,13 +127,17 @@ int tw_op_create(tw_purgatory *p, const struct tw_op_ops *ops, void *ctx,
         return -ENOMEM;
     memset(op, 0, sizeof(*op));
     op->p = p;
-    op->free_fn = p->a.free;
-    op->free_ctx = p->a.ctx;
+    op->states = p->states;
     op->ops = ops;
     op->ctx = ctx;
     op->timeout_ns = timeout_ns;
     int rc = tw__lock_init(&op->lock);
     if (rc) {
+        tw__p_free(p, op);
+        return rc;
+    }
+    if ((rc = tw__state_get(p->states, &op->sidx))) {
+        tw__lock_destroy(&op->lock);
         tw__p_free(p, op);
         return rc;
     }
@@ -182,7 +192,11 @@ void tw_op_release(tw_op *op)
     if (!op || atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) != 1)
         return;
     tw__lock_destroy(&op->lock);
-    op->free_fn(op->free_ctx, op); /* not through op->p: it may be gone */
+    /* not through op->p: it may be gone; the table is not, till this */
+    struct tw__states *t = op->states;
+    uint32_t i = op->sidx;
+    tw__states_free(t, op);
+    tw__state_put(t, i);
 }
 
 void *tw_op_ctx(const tw_op *op)
@@ -255,6 +269,9 @@ static bool complete(tw_op *op, uint32_t refuse)
     uint32_t listed = s / TW__OP_LISTED;
     if (listed)
         atomic_fetch_add(&op->p->stale, (int64_t)listed);
+    /* what a compaction goes by (tw__went_completed); the table outlives
+     * op->p while the op lives */
+    atomic_store_explicit(tw__state_word(op->states, op->sidx), 1, memory_order_release);
     cancel_timeout(op);
     op->ops->on_complete(op);
     op_unlock(op);
@@ -438,7 +455,7 @@ size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
         return 0;
     size_t n = 0;
     for (uint32_t i = 0; i < w->n; i++) {
-        tw_op *op = w->ops[i];
+        tw_op *op = w->ents[i].op;
         if (tw__dead(op))
             continue; /* unwatched already */
         tw__op_unlisted(op);
@@ -488,5 +505,6 @@ void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *a
         tw_drain(p->timer, unfired_fn, p);
     tw__watchers_destroy(p);
     tw_destroy(p->timer);
+    tw__states_release(p->states); /* ops still held keep it */
     tw__p_free(p, p);
 }

@@ -13,14 +13,15 @@
 
 #include "hash.h"
 #include "lock.h"
+#include "op_states.h"
 #include "twheel_purgatory.h"
 
 struct tw_op {
     tw_purgatory *p;         /* not to be used once p is destroyed (below) */
-    /* The allocator's free, copied: the caller may hold the op past
+    /* The table of state words (op_states.h), which holds the allocator
+     * and outlives p while ops live: the caller may hold the op past
      * tw_purgatory_destroy, and its last release must not read p. */
-    void (*free_fn)(void *ctx, void *ptr);
-    void *free_ctx;
+    struct tw__states *states;
     const struct tw_op_ops *ops;
     void *ctx;
     uint64_t timeout_ns;
@@ -37,6 +38,10 @@ struct tw_op {
      * list that lets it go learns in one step whether that was before. */
     _Atomic uint32_t state;
     _Atomic int submitted;
+    /* The op's word in the states table (op_states.c): 1 once it is
+     * completed, which is all a compaction reads, so that a purge need
+     * not touch the op. */
+    uint32_t sidx;
     _Atomic long refs;
     _Atomic tw_id timer_id;  /* pending timeout, 0 if none */
 };
@@ -61,6 +66,23 @@ struct tw_op {
 static inline bool tw__op_completed(const tw_op *op)
 {
     return atomic_load_explicit(&op->state, memory_order_acquire) & TW__OP_COMPLETED;
+}
+
+/* One entry of a watch list: the op (tagged when dead, below) and its
+ * word in the states table, which a compaction or a walk's copy reads
+ * without touching the op. */
+struct tw__went {
+    tw_op *op;
+    _Atomic uint32_t *done;
+};
+
+/* The entry's op is completed: its word is set after its state's
+ * COMPLETED bit and its lists' count in `stale` (complete()), so that a
+ * compaction that goes by it drops only entries already counted there.
+ * A completion not yet in the word leaves its entry for the next one. */
+static inline bool tw__went_completed(const struct tw__went *e)
+{
+    return atomic_load_explicit(e->done, memory_order_acquire) != 0;
 }
 
 /* One key's watch list. Each entry holds a reference on its op.
@@ -90,7 +112,7 @@ struct tw__watcher {
     struct tw__watcher *next; /* hash chain */
     uint64_t hash;
     size_t keylen;
-    tw_op **ops;
+    struct tw__went *ents;
     uint32_t n, cap;
     uint32_t pins[2];
     tw_op **limbo;
@@ -133,6 +155,7 @@ struct tw_purgatory {
     int threaded;
     uint32_t nshards;
     struct tw__hash_key hkey; /* the watch keys' hash (hash.h) */
+    struct tw__states *states; /* the ops' state words (op_states.h) */
     struct tw__wshard *shards;
     void *shards_raw;
     size_t shards_bytes;

@@ -1,9 +1,10 @@
 /* watchers.c: the purgatory's watch lists, sharded by key hash with one
  * lock per shard (Kafka uses 512 shards). Each shard is a chained hash
- * table of keys; each key holds an array of op references. Nothing here
- * runs user code, so a shard lock is never held while try_complete or
- * on_complete runs. */
+ * table of keys; each key holds an array of op references, each beside
+ * its op's state word (op_states.c). Nothing here runs user code, so a
+ * shard lock is never held while try_complete or on_complete runs. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -58,7 +59,7 @@ static bool pinned(const struct tw__watcher *w)
 static void free_watcher(tw_purgatory *p, struct tw__watcher *w)
 {
     tw__p_free(p, w->limbo);
-    tw__p_free(p, w->ops);
+    tw__p_free(p, w->ents);
     tw__p_free(p, w);
 }
 
@@ -82,6 +83,37 @@ static void release_limbo(tw_purgatory *p, struct tw__watcher *w)
     w->nlimbo = 0;
 }
 
+/* A compaction's releases, each some drops after its op was dropped.
+ * A release is a locked decrement of the op's count, on a line that is
+ * cold (the compaction read the op's state word in the states table, not
+ * the op), and no later load may pass a locked instruction: released at
+ * once, the drops' misses came one after another, and were most of a
+ * purge. Each op's lines are prefetched as it is dropped and released
+ * TW__RELEASE_LAG drops later, when they are in. */
+#define TW__RELEASE_LAG 16u
+
+struct lagged {
+    tw_op *ring[TW__RELEASE_LAG];
+    uint32_t n;
+};
+
+static inline void lagged_release(struct lagged *l, tw_op *op)
+{
+    __builtin_prefetch((char *)op + offsetof(struct tw_op, states), 1);
+    __builtin_prefetch((char *)op + offsetof(struct tw_op, refs), 1);
+    uint32_t k = l->n & (TW__RELEASE_LAG - 1u);
+    if (l->n++ >= TW__RELEASE_LAG)
+        tw_op_release(l->ring[k]);
+    l->ring[k] = op;
+}
+
+static void lagged_flush(struct lagged *l)
+{
+    uint32_t from = l->n > TW__RELEASE_LAG ? l->n - TW__RELEASE_LAG : 0;
+    for (uint32_t i = from; i < l->n; i++)
+        tw_op_release(l->ring[i & (TW__RELEASE_LAG - 1u)]);
+}
+
 /* Drops completed ops and dead entries from one list; under its shard
  * lock. With no walker out their references go at once. With walkers of
  * this epoch only, they go to limbo and the epoch turns; if limbo cannot
@@ -101,18 +133,20 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
         if (w->limbo)
             return 0;
         for (uint32_t i = 0; i < w->n; i++)
-            k += tw__dead(w->ops[i]) || tw__op_completed(w->ops[i]);
+            k += tw__dead(w->ents[i].op) || tw__went_completed(&w->ents[i]);
         if (!k || !(limbo = tw__p_alloc(p, (size_t)k * sizeof(*limbo))))
             return 0;
     }
     uint32_t keep = 0, j = 0;
     size_t gone = 0;
+    struct lagged lag;
+    lag.n = 0;
     for (uint32_t i = 0; i < w->n; i++) {
-        tw_op *e = w->ops[i];
-        bool dead = tw__dead(e);
+        struct tw__went e = w->ents[i];
+        bool dead = tw__dead(e.op);
         /* an op completed since the count above stays till next time */
-        if ((!dead && !tw__op_completed(e)) || (held && j == k)) {
-            w->ops[keep++] = e;
+        if ((!dead && !tw__went_completed(&e)) || (held && j == k)) {
+            w->ents[keep++] = e;
             continue;
         }
         /* A completed op's count of lists is read no more (its
@@ -120,10 +154,11 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
          * is. The purgatory's counts go once for the whole list, below. */
         gone += !dead;
         if (held)
-            limbo[j++] = tw__untag(e);
+            limbo[j++] = tw__untag(e.op);
         else
-            tw_op_release(tw__untag(e));
+            lagged_release(&lag, tw__untag(e.op));
     }
+    lagged_flush(&lag);
     w->n = keep;
     tw__completed_unlisted(p, gone);
     if (held) {
@@ -172,9 +207,9 @@ void tw__watchers_destroy(tw_purgatory *p)
                 struct tw__watcher *next = w->next;
                 /* no walker is out (that would be a use after destroy) */
                 for (uint32_t i = 0; i < w->n; i++) {
-                    if (!tw__dead(w->ops[i]))
-                        tw__op_unlisted(w->ops[i]);
-                    tw_op_release(tw__untag(w->ops[i]));
+                    if (!tw__dead(w->ents[i].op))
+                        tw__op_unlisted(w->ents[i].op);
+                    tw_op_release(tw__untag(w->ents[i].op));
                 }
                 release_limbo(p, w);
                 free_watcher(p, w);
@@ -236,22 +271,22 @@ int tw__watch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
         /* Doubling 2^31 entries (or, on a 32-bit target, 2^29 pointers)
          * would wrap; no real list gets there, but a wrapped size would
          * be a heap overflow, so it is refused as out of memory. */
-        if (w->cap > UINT32_MAX / 2 || (size_t)w->cap * 2 > SIZE_MAX / sizeof(*w->ops))
+        if (w->cap > UINT32_MAX / 2 || (size_t)w->cap * 2 > SIZE_MAX / sizeof(*w->ents))
             goto out; /* the list is full, so not new: nothing to take back */
         uint32_t ncap = w->cap ? w->cap * 2 : 4;
-        tw_op **ops = tw__p_alloc(p, (size_t)ncap * sizeof(*ops));
-        if (!ops) {
+        struct tw__went *ents = tw__p_alloc(p, (size_t)ncap * sizeof(*ents));
+        if (!ents) {
             drop_if_empty(p, s, w); /* created just now: take it back */
             goto out;
         }
         if (w->n)
-            memcpy(ops, w->ops, w->n * sizeof(*ops));
-        tw__p_free(p, w->ops);
-        w->ops = ops;
+            memcpy(ents, w->ents, w->n * sizeof(*ents));
+        tw__p_free(p, w->ents);
+        w->ents = ents;
         w->cap = ncap;
     }
     tw_op_retain(op);
-    w->ops[w->n++] = op;
+    w->ents[w->n++] = (struct tw__went){ op, tw__state_word(op->states, op->sidx) };
     atomic_fetch_add(&op->state, TW__OP_LISTED); /* under the op lock */
     atomic_fetch_add(&p->watched, 1);
     rc = 0;
@@ -265,13 +300,13 @@ void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
     struct tw__wshard *s;
     struct tw__watcher *w = lock_key(p, key->data, key->len, &s, NULL);
     for (uint32_t i = w ? w->n : 0; i-- > 0;) {
-        if (w->ops[i] == op) { /* a dead entry's pointer is tagged: never equal */
+        if (w->ents[i].op == op) { /* a dead entry's pointer is tagged: never equal */
             tw__op_unlisted(op);
             if (pinned(w)) { /* a walker may have copied it: the reference stays */
-                w->ops[i] = (tw_op *)((uintptr_t)op | 1);
+                w->ents[i].op = (tw_op *)((uintptr_t)op | 1);
                 break;
             }
-            memmove(&w->ops[i], &w->ops[i + 1], (w->n - i - 1) * sizeof(*w->ops));
+            memmove(&w->ents[i], &w->ents[i + 1], (w->n - i - 1) * sizeof(*w->ents));
             w->n--;
             tw_op_release(op);
             break;
@@ -295,9 +330,9 @@ long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, siz
     }
     long m = 0; /* completed ops are only compacted away: not copied */
     for (long i = 0; i < n; i++) {
-        tw_op *e = w->ops[i];
-        if (!tw__dead(e) && !tw__op_completed(e))
-            (*out)[m++] = e;
+        const struct tw__went *e = &w->ents[i];
+        if (!tw__dead(e->op) && !tw__went_completed(e))
+            (*out)[m++] = e->op;
     }
     if (m) {
         pin->s = s;
@@ -320,7 +355,7 @@ long tw__snapshot(tw_purgatory *p, const void *key, size_t len, tw_op **buf, siz
 static void release_taken(tw_purgatory *p, struct tw__watcher *w)
 {
     for (uint32_t i = 0; i < w->n; i++)
-        tw_op_release(tw__untag(w->ops[i]));
+        tw_op_release(tw__untag(w->ents[i].op));
     release_limbo(p, w);
     free_watcher(p, w);
 }

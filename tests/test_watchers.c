@@ -256,8 +256,8 @@ static int64_t stale_listed(const tw_purgatory *p, int64_t *all)
         for (uint32_t b = 0; b < s->cap; b++)
             for (const struct tw__watcher *w = s->table[b]; w; w = w->next)
                 for (uint32_t i = 0; i < w->n; i++) {
-                    *all += !tw__dead(w->ops[i]);
-                    n += !tw__dead(w->ops[i]) && tw__op_completed(w->ops[i]);
+                    *all += !tw__dead(w->ents[i].op);
+                    n += !tw__dead(w->ents[i].op) && tw__went_completed(&w->ents[i]);
                 }
     }
     return n;

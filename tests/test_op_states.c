@@ -1,0 +1,233 @@
+/* test_op_states.c: white-box tests of the purgatory ops' table of
+ * completion words (src/op_states.c), linked against the static library:
+ * words handed out once each and reused, the table's growth (chunks and
+ * its directory) and what it allocates, each allocation refused in turn
+ * with nothing changed, the table outliving its creator while words are
+ * out, and threads taking and giving back words at once (ThreadSanitizer
+ * in CI). */
+#include "helpers.h"
+
+#include <pthread.h>
+
+#include "op_states.h"
+
+#define CHUNK 4096u
+
+static struct tw__states *mk(struct count_alloc *a)
+{
+    struct tw_allocator al = counting(a);
+    struct tw__states *t;
+    assert_int_equal(tw__states_create(&t, &al), 0);
+    return t;
+}
+
+/* Five chunks' words, each handed out once and reading 0; each its own
+ * (a value written to one shows in no other); the fifth chunk doubles the
+ * directory (the first holds four), the old one kept; given back and
+ * taken again, no allocation, the last given back the first taken. */
+static void test_words_once_each_then_reused(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct tw__states *t = mk(&a);
+    assert_int_equal(a.live, 2); /* the table and its directory */
+    const uint32_t n = 5 * CHUNK;
+    uint32_t *idx = malloc(n * sizeof(*idx));
+    unsigned char *seen = calloc(n, 1);
+    assert_non_null(idx);
+    assert_non_null(seen);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(tw__state_get(t, &idx[i]), 0);
+        assert_true(idx[i] < n);
+        assert_int_equal(seen[idx[i]]++, 0);
+        assert_int_equal(atomic_load(tw__state_word(t, idx[i])), 0);
+        atomic_store(tw__state_word(t, idx[i]), i + 7);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(atomic_load(tw__state_word(t, idx[i])), i + 7);
+    assert_int_equal(a.live, 1 + 2 + 5); /* the table, two directories, five chunks */
+    long allocs = a.allocs;
+    for (uint32_t i = 0; i < n; i++)
+        tw__state_put(t, idx[i]);
+    uint32_t again;
+    assert_int_equal(tw__state_get(t, &again), 0);
+    assert_int_equal(again, idx[n - 1]);
+    assert_int_equal(atomic_load(tw__state_word(t, again)), 0);
+    memset(seen, 0, n);
+    seen[again] = 1;
+    for (uint32_t i = 1; i < n; i++) {
+        assert_int_equal(tw__state_get(t, &idx[i]), 0);
+        assert_int_equal(seen[idx[i]]++, 0);
+    }
+    assert_int_equal(a.allocs, allocs);
+    idx[0] = again;
+    for (uint32_t i = 0; i < n; i++)
+        tw__state_put(t, idx[i]);
+    tw__states_release(t);
+    assert_int_equal(a.live, 0);
+    free(idx);
+    free(seen);
+}
+
+/* The creator's release leaves the table to the words still out; the
+ * last of them frees it. */
+static void test_table_outlives_its_creator(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct tw__states *t = mk(&a);
+    uint32_t i, j;
+    assert_int_equal(tw__state_get(t, &i), 0);
+    assert_int_equal(tw__state_get(t, &j), 0);
+    assert_int_not_equal(i, j);
+    tw__states_release(t);
+    assert_int_equal(a.live, 3);
+    atomic_store(tw__state_word(t, j), 1); /* still its holder's */
+    tw__state_put(t, i);
+    assert_int_equal(a.live, 3);
+    assert_int_equal(atomic_load(tw__state_word(t, j)), 1);
+    tw__state_put(t, j);
+    assert_int_equal(a.live, 0);
+}
+
+/* Each allocation a new chunk needs, refused: -ENOMEM, nothing allocated
+ * or taken (the table goes with its creator's release alone), and the
+ * next try succeeds. First the first chunk; then, with four chunks' words
+ * out, the fifth chunk and then the directory it needs. */
+static void test_refused_allocations_change_nothing(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct tw__states *t = mk(&a);
+    uint32_t i;
+    a.fail_at = 1;
+    assert_int_equal(tw__state_get(t, &i), -ENOMEM);
+    assert_int_equal(a.live, 2);
+    assert_int_equal(tw__state_get(t, &i), 0);
+    tw__state_put(t, i);
+
+    const uint32_t n = 4 * CHUNK;
+    uint32_t *idx = malloc(n * sizeof(*idx));
+    assert_non_null(idx);
+    for (uint32_t k = 0; k < n; k++)
+        assert_int_equal(tw__state_get(t, &idx[k]), 0);
+    assert_int_equal(a.live, 2 + 4);
+    for (long at = 1; at <= 2; at++) { /* the chunk, then the directory */
+        a.fail_at = at;
+        assert_int_equal(tw__state_get(t, &i), -ENOMEM);
+        assert_int_equal(a.live, 2 + 4);
+        a.fail_at = 0;
+    }
+    assert_int_equal(tw__state_get(t, &i), 0);
+    assert_int_equal(a.live, 1 + 2 + 5);
+    tw__state_put(t, i);
+    for (uint32_t k = 0; k < n; k++)
+        tw__state_put(t, idx[k]);
+    free(idx);
+    tw__states_release(t);
+    assert_int_equal(a.live, 0);
+
+    /* the table itself, and its first directory */
+    for (long at = 1; at <= 2; at++) {
+        struct count_alloc b = { .fail_at = at };
+        struct tw_allocator al = counting(&b);
+        struct tw__states *u = NULL;
+        assert_int_equal(tw__states_create(&u, &al), -ENOMEM);
+        assert_null(u);
+        assert_int_equal(b.live, 0);
+    }
+}
+
+/* Threads take and give back words at once, each holding up to 64 at a
+ * time: no word is ever held by two (each holder marks it), and the words
+ * come back to be taken again. The counting allocator is called only
+ * under the table's mutex (a new chunk) and at the end. */
+#define RACE_THREADS 4
+#define RACE_ROUNDS 100000
+#define RACE_HELD 64
+#define RACE_MAX (RACE_THREADS * RACE_HELD + 2 * CHUNK)
+
+struct race {
+    struct tw__states *t;
+    _Atomic int owner[RACE_MAX];
+    _Atomic long twice;
+    _Atomic long out_of_range;
+};
+
+struct racer {
+    struct race *r;
+    int id;
+};
+
+static void *racer(void *arg)
+{
+    struct racer *me = arg;
+    struct race *r = me->r;
+    uint32_t held[RACE_HELD];
+    unsigned n = 0, seed = (unsigned)me->id * 2654435761u + 1u;
+    for (int k = 0; k < RACE_ROUNDS; k++) {
+        seed = seed * 1103515245u + 12345u;
+        if (n == RACE_HELD || (n && (seed >> 16) % 2)) {
+            unsigned pick = (seed >> 8) % n;
+            uint32_t i = held[pick];
+            held[pick] = held[--n];
+            atomic_store(&r->owner[i], 0);
+            tw__state_put(r->t, i);
+        } else {
+            uint32_t i;
+            if (tw__state_get(r->t, &i) != 0)
+                continue;
+            if (i >= RACE_MAX) {
+                atomic_fetch_add(&r->out_of_range, 1);
+                tw__state_put(r->t, i);
+                continue;
+            }
+            if (atomic_exchange(&r->owner[i], me->id + 1) != 0)
+                atomic_fetch_add(&r->twice, 1);
+            atomic_store(tw__state_word(r->t, i), (uint32_t)me->id + 1);
+            held[n++] = i;
+        }
+    }
+    while (n) {
+        uint32_t i = held[--n];
+        atomic_store(&r->owner[i], 0);
+        tw__state_put(r->t, i);
+    }
+    return NULL;
+}
+
+static void test_threads_take_and_give_back_at_once(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct race *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    r->t = mk(&a);
+    pthread_t th[RACE_THREADS];
+    struct racer rs[RACE_THREADS];
+    for (int k = 0; k < RACE_THREADS; k++) {
+        rs[k] = (struct racer){ r, k };
+        assert_int_equal(pthread_create(&th[k], NULL, racer, &rs[k]), 0);
+    }
+    for (int k = 0; k < RACE_THREADS; k++)
+        assert_int_equal(pthread_join(th[k], NULL), 0);
+    assert_int_equal(atomic_load(&r->twice), 0);
+    /* at most RACE_THREADS * RACE_HELD out at once: one chunk's worth (a
+     * thread that found the stack empty pops again under the mutex) */
+    assert_int_equal(atomic_load(&r->out_of_range), 0);
+    assert_int_equal(a.live, 2 + 1);
+    tw__states_release(r->t);
+    assert_int_equal(a.live, 0);
+    free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_words_once_each_then_reused),
+        cmocka_unit_test(test_table_outlives_its_creator),
+        cmocka_unit_test(test_refused_allocations_change_nothing),
+        cmocka_unit_test(test_threads_take_and_give_back_at_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
