@@ -1171,15 +1171,18 @@ static void test_errors_and_alloc_failure(void **state)
         assert_int_equal(a.live, 0);
     }
 
-    /* tw_op_create's allocation failing: -ENOMEM, *out untouched, nothing
-     * kept; the next create works */
-    {
+    /* each of tw_op_create's allocations failing in turn (the op; for the
+     * purgatory's first op, also the first chunk of its table of
+     * completion words): -ENOMEM, *out untouched, nothing kept; the next
+     * create works */
+    for (long n = 1; n <= 2; n++) {
         struct count_alloc a = { 0 };
         p = mk_counted(&a, 4);
         long live = a.live;
         tw_op *sentinel = (tw_op *)&a, *got = sentinel;
-        a.fail_at = 1;
+        a.fail_at = n;
         assert_int_equal(tw_op_create(p, &req_ops, &r, SEC, &got), -ENOMEM);
+        assert_int_equal(a.failed, 1);
         assert_ptr_equal(got, sentinel);
         assert_int_equal(a.live, live);
         assert_int_equal(tw_op_create(p, &req_ops, &r, SEC, &got), 0);
