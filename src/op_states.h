@@ -1,5 +1,5 @@
-/* op_states.h: the purgatory ops' state words, kept apart from the ops in
- * a dense table (op_states.c says why). */
+/* op_states.h: the purgatory ops' completion words, kept apart from the
+ * ops in a dense table (op_states.c says why). */
 #ifndef TW_OP_STATES_H
 #define TW_OP_STATES_H
 

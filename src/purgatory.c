@@ -20,10 +20,12 @@
  * never run), or else the callback itself. Cancelling from inside the
  * callback (force_complete of an expiring op) gets -ENOENT, as it must.
  *
- * Purging. Completing an op adds the lists still holding it to `stale`;
- * dropping such an entry takes it off again. Past purge_interval, and
- * once they are an eighth of all entries, the thread that notices purges
- * every list (one at a time). */
+ * Purging. Completing an op adds the lists still holding it to `stale`,
+ * then sets its word in the table of completion words (op_states.c), by
+ * which a compaction knows it without reading the op; dropping such an
+ * entry takes it off `stale` again. Past purge_interval, and once they
+ * are an eighth of all entries, the thread that notices purges every list
+ * (one at a time). */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -265,12 +267,12 @@ static bool complete(tw_op *op, uint32_t refuse)
      * Read apart, each time the two met the count drifted down by one,
      * for good, and held purges back. An op held past
      * tw_purgatory_destroy is in no list and has no timeout (destroy took
-     * both), so from here on it touches nothing of its purgatory. */
+     * both), so from here on it touches nothing of its purgatory but the
+     * table of completion words, which outlives it while ops do. */
     uint32_t listed = s / TW__OP_LISTED;
     if (listed)
         atomic_fetch_add(&op->p->stale, (int64_t)listed);
-    /* what a compaction goes by (tw__went_completed); the table outlives
-     * op->p while the op lives */
+    /* what a compaction goes by (tw__went_completed) */
     atomic_store_explicit(tw__state_word(op->states, op->sidx), 1, memory_order_release);
     cancel_timeout(op);
     op->ops->on_complete(op);

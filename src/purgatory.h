@@ -18,7 +18,7 @@
 
 struct tw_op {
     tw_purgatory *p;         /* not to be used once p is destroyed (below) */
-    /* The table of state words (op_states.h), which holds the allocator
+    /* The table of completion words (op_states.h), which holds the allocator
      * and outlives p while ops live: the caller may hold the op past
      * tw_purgatory_destroy, and its last release must not read p. */
     struct tw__states *states;
@@ -38,9 +38,9 @@ struct tw_op {
      * list that lets it go learns in one step whether that was before. */
     _Atomic uint32_t state;
     _Atomic int submitted;
-    /* The op's word in the states table (op_states.c): 1 once it is
-     * completed, which is all a compaction reads, so that a purge need
-     * not touch the op. */
+    /* The op's index in the table of completion words (op_states.c): its
+     * word is 1 once it is completed, which is all a compaction reads, so
+     * that a purge need not touch the op. */
     uint32_t sidx;
     _Atomic long refs;
     _Atomic tw_id timer_id;  /* pending timeout, 0 if none */
@@ -155,7 +155,7 @@ struct tw_purgatory {
     int threaded;
     uint32_t nshards;
     struct tw__hash_key hkey; /* the watch keys' hash (hash.h) */
-    struct tw__states *states; /* the ops' state words (op_states.h) */
+    struct tw__states *states; /* the ops' completion words (op_states.h) */
     struct tw__wshard *shards;
     void *shards_raw;
     size_t shards_bytes;

@@ -1,7 +1,7 @@
 /* watchers.c: the purgatory's watch lists, sharded by key hash with one
  * lock per shard (Kafka uses 512 shards). Each shard is a chained hash
  * table of keys; each key holds an array of op references, each beside
- * its op's state word (op_states.c). Nothing here runs user code, so a
+ * its op's completion word (op_states.c). Nothing here runs user code, so a
  * shard lock is never held while try_complete or on_complete runs. */
 #include <errno.h>
 #include <stddef.h>
@@ -85,8 +85,8 @@ static void release_limbo(tw_purgatory *p, struct tw__watcher *w)
 
 /* A compaction's releases, each some drops after its op was dropped.
  * A release is a locked decrement of the op's count, on a line that is
- * cold (the compaction read the op's state word in the states table, not
- * the op), and no later load may pass a locked instruction: released at
+ * cold (the compaction read the op's completion word in the table of
+ * them, not the op), and no later load may pass a locked instruction: released at
  * once, the drops' misses came one after another, and were most of a
  * purge. Each op's lines are prefetched as it is dropped and released
  * TW__RELEASE_LAG drops later, when they are in. */
