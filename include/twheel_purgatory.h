@@ -33,9 +33,14 @@
  * their count exceeds purge_interval and is an eighth of all entries
  * listed, which bounds the memory they hold (Kafka's out-of-memory reports
  * came from there) to purge_interval or a seventh of the live entries,
- * whichever is more; a purge visits every entry, and so costs at most
- * eight visits an entry it drops. A purge runs on the thread whose
- * expiration or check_and_complete noticed the count. Besides the op and
+ * whichever is more, give or take what completes while a purge runs; a
+ * purge visits every entry, and so costs at most eight visits an entry
+ * it drops. A purge runs on the threads whose expirations and
+ * check_and_complete calls come while it is due, in slices of ~16,384
+ * visits (~0.1 ms; a long list is left in the middle and gone on with),
+ * each slice at least as long after the last as the last took: a
+ * thread spends at most half its time purging while expirations wait,
+ * and they wait for one slice, not for a visit of every entry. Besides the op and
  * its entry in each watch list (88 and 16 bytes on 64-bit targets), each
  * live op has a 4-byte word in a table of the purgatory's that says
  * whether it is completed, so that a purge reads that and not the op;

@@ -114,6 +114,10 @@ struct tw__watcher {
     size_t keylen;
     struct tw__went *ents;
     uint32_t n, cap;
+    /* A purge's slice that stopped in this list (watchers.c, compact_some)
+     * goes on from pr; [pw, pr) are tombstones, dead entries of no op.
+     * Both 0 when none did. */
+    uint32_t pw, pr;
     uint32_t pins[2];
     tw_op **limbo;
     uint32_t nlimbo;
@@ -166,6 +170,19 @@ struct tw_purgatory {
      * completion has yet to add its lists: maybe_purge) */
     _Atomic int64_t stale;
     _Atomic int purging;
+    /* A purge under way (maybe_purge) goes on a slice a call. pcur is its
+     * place, read and written only by the holder of `purging`: the next
+     * shard, bucket of the shard's table, and list of the bucket's chain
+     * (lists dropped or added meanwhile may shift it: one is then skipped
+     * or visited twice, which only saves or costs work). */
+    _Atomic int passing;
+    struct {
+        uint32_t shard, bucket, chain;
+    } pcur;
+    /* The pace of a pass (maybe_purge), also the holder's: no slice
+     * before purge_next, on the timer's clock; purge_took: how long the
+     * last slice took. */
+    uint64_t purge_next, purge_took;
     void (*unfinished)(tw_op *op, void *arg); /* during destroy */
     void *unfinished_arg;
 };
@@ -198,6 +215,11 @@ struct tw__watcher *tw__take_key(tw_purgatory *p, const void *key, size_t len,
 void tw__drop_taken(tw_purgatory *p, struct tw__wshard *s, struct tw__watcher *w);
 /* Drops completed ops from every list. */
 size_t tw__purge_all(tw_purgatory *p);
+/* Drops completed ops from the lists from p->pcur on, until about
+ * `budget` entries were visited (a long list is left in the middle, to be
+ * gone on with by the next slice) or the last shard is done; the caller holds `purging`. *gone: how many went.
+ * Returns true when the pass is over (pcur back at the start). */
+bool tw__purge_slice(tw_purgatory *p, uint32_t budget, size_t *gone);
 
 /* The op lost its place in a list: accounting for that. */
 void tw__op_unlisted(tw_op *op);

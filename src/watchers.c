@@ -114,14 +114,28 @@ static void lagged_flush(struct lagged *l)
         tw_op_release(l->ring[i & (TW__RELEASE_LAG - 1u)]);
 }
 
+/* What a purge's slice leaves where it moved entries from, in a list it
+ * stopped in the middle of: a dead entry of no op (each reader of the
+ * entries skips dead ones) whose word reads completed. */
+static _Atomic uint32_t tomb_word = 1;
+#define TW__TOMB ((tw_op *)(uintptr_t)1)
+
 /* Drops completed ops and dead entries from one list; under its shard
- * lock. With no walker out their references go at once. With walkers of
- * this epoch only, they go to limbo and the epoch turns; if limbo cannot
- * be had (walkers of both epochs out, or no memory), nothing changes: a
- * compaction only saves work, and a later one does it. Returns how many
- * completed ops left the list. */
-static size_t compact(tw_purgatory *p, struct tw__watcher *w)
+ * lock. With no walker out their references go at once; a purge's slice
+ * (resume) goes on from where the last stopped in it (w->pr), and through
+ * `most` entries at most: one stopped short leaves the entries it moved as
+ * tombstones, [w->pw, w->pr), which keeps the rest where they are, so
+ * that nothing else need know. With walkers of this epoch only, the whole
+ * list is done, tombstones too, and the dropped references go to limbo
+ * and the epoch turns; if limbo cannot be had (walkers of both epochs
+ * out, or no memory), nothing changes: a compaction only saves work, and
+ * a later one does it. *seen, if not NULL: the entries looked at.
+ * Returns how many completed ops left the list. */
+static size_t compact_some(tw_purgatory *p, struct tw__watcher *w, bool resume,
+                           uint32_t most, uint32_t *seen)
 {
+    if (seen)
+        *seen = 0;
     if (w->taken)
         return 0; /* cancel_key is reading the entries */
     bool held = pinned(w);
@@ -133,16 +147,24 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
         if (w->limbo)
             return 0;
         for (uint32_t i = 0; i < w->n; i++)
-            k += tw__dead(w->ents[i].op) || tw__went_completed(&w->ents[i]);
+            k += w->ents[i].op != TW__TOMB &&
+                 (tw__dead(w->ents[i].op) || tw__went_completed(&w->ents[i]));
         if (!k || !(limbo = tw__p_alloc(p, (size_t)k * sizeof(*limbo))))
             return 0;
     }
-    uint32_t keep = 0, j = 0;
+    uint32_t from = 0, keep = 0, j = 0;
+    if (resume && !held && w->pr) {
+        from = w->pr;
+        keep = w->pw;
+    }
+    uint32_t end = held || most >= w->n - from ? w->n : from + most;
     size_t gone = 0;
     struct lagged lag;
     lag.n = 0;
-    for (uint32_t i = 0; i < w->n; i++) {
+    for (uint32_t i = from; i < end; i++) {
         struct tw__went e = w->ents[i];
+        if (e.op == TW__TOMB)
+            continue;
         bool dead = tw__dead(e.op);
         /* an op completed since the count above stays till next time */
         if ((!dead && !tw__went_completed(&e)) || (held && j == k)) {
@@ -159,7 +181,18 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
             lagged_release(&lag, tw__untag(e.op));
     }
     lagged_flush(&lag);
-    w->n = keep;
+    if (seen)
+        *seen = end - from;
+    if (end == w->n) {
+        w->n = keep;
+        w->pw = w->pr = 0;
+    } else {
+        /* [keep, from) are tombstones already */
+        for (uint32_t i = keep > from ? keep : from; i < end; i++)
+            w->ents[i] = (struct tw__went){ TW__TOMB, &tomb_word };
+        w->pw = keep;
+        w->pr = end;
+    }
     tw__completed_unlisted(p, gone);
     if (held) {
         w->limbo = limbo;
@@ -167,6 +200,12 @@ static size_t compact(tw_purgatory *p, struct tw__watcher *w)
         w->epoch ^= 1;
     }
     return gone;
+}
+
+/* The whole list, tombstones too. */
+static size_t compact(tw_purgatory *p, struct tw__watcher *w)
+{
+    return compact_some(p, w, false, UINT32_MAX, NULL);
 }
 
 int tw__watchers_init(tw_purgatory *p)
@@ -308,6 +347,10 @@ void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
             }
             memmove(&w->ents[i], &w->ents[i + 1], (w->n - i - 1) * sizeof(*w->ents));
             w->n--;
+            if (i < w->pw) { /* a purge's tombstones moved down with the rest */
+                w->pw--;
+                w->pr--;
+            }
             tw_op_release(op);
             break;
         }
@@ -404,6 +447,54 @@ void tw__drop_taken(tw_purgatory *p, struct tw__wshard *s, struct tw__watcher *w
     pthread_mutex_unlock(&s->lock);
     if (!held) /* else the last walker out does it (tw__unpin) */
         release_taken(p, w);
+}
+
+/* A slice's visits: each entry, each list, and each bucket and shard
+ * looked at (so that a table of empty buckets is bounded too). */
+bool tw__purge_slice(tw_purgatory *p, uint32_t budget, size_t *gone)
+{
+    uint32_t seen = 0;
+    *gone = 0;
+    while (seen < budget) {
+        struct tw__wshard *s = &p->shards[p->pcur.shard];
+        pthread_mutex_lock(&s->lock);
+        seen++;
+        while (seen < budget && p->pcur.bucket < s->cap) {
+            struct tw__watcher **pp = &s->table[p->pcur.bucket];
+            for (uint32_t c = 0; *pp && c < p->pcur.chain; c++)
+                pp = &(*pp)->next;
+            struct tw__watcher *w = *pp;
+            if (!w) {
+                seen++;
+                p->pcur.bucket++;
+                p->pcur.chain = 0;
+                continue;
+            }
+            /* at least one entry, so that a list is never passed over */
+            uint32_t looked;
+            *gone += compact_some(p, w, true, budget - seen, &looked);
+            seen += looked + 1;
+            if (w->pr && !pinned(w))
+                break; /* stopped in this list: the next slice goes on there */
+            if (!w->n && !pinned(w)) {
+                *pp = w->next; /* the next list takes its place */
+                s->n--;
+                free_watcher(p, w);
+            } else {
+                p->pcur.chain++;
+            }
+        }
+        bool shard_done = p->pcur.bucket >= s->cap;
+        pthread_mutex_unlock(&s->lock);
+        if (!shard_done)
+            break;
+        p->pcur.bucket = p->pcur.chain = 0;
+        if (++p->pcur.shard == p->nshards) {
+            p->pcur.shard = 0;
+            return true;
+        }
+    }
+    return false;
 }
 
 size_t tw__purge_all(tw_purgatory *p)

@@ -1322,13 +1322,133 @@ static void count_each(tw_op *op, void *arg)
     (*(long *)arg)++;
 }
 
+/* One op watching `nkeys` keys of p, completed: each of its lists now
+ * holds one stale entry for a purge to drop. The op is released. */
+static void one_op_many_keys(tw_purgatory *p, struct req *r, int nkeys)
+{
+    struct tw_key *keys = calloc((size_t)nkeys, sizeof(*keys));
+    char *names = calloc((size_t)nkeys, 8);
+    assert_non_null(keys);
+    assert_non_null(names);
+    for (int i = 0; i < nkeys; i++) {
+        keys[i].data = names + 8 * i;
+        keys[i].len = (size_t)snprintf(names + 8 * i, 8, "k%d", i);
+    }
+    tw_op *op = mk_op(p, r, 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, (size_t)nkeys), 0);
+    assert_int_equal(tw_purgatory_watched(p), (uint64_t)nkeys);
+    assert_true(tw_op_force_complete(op));
+    tw_op_release(op);
+    free(keys);
+    free(names);
+}
+
+/* A purge goes in slices of ~16,384 visits (a list, its entry, and the
+ * table's buckets: 40,000 keys in 65,536 buckets make ~3.6 visits
+ * a list), one a call, and a call later than the pace has a slice as
+ * many times larger as it is late: on a manual timer a slice takes no
+ * time on the clock, so the pace is the last slice's end, and each
+ * nanosecond past it is one slice more. */
+static void test_purge_goes_in_slices(void **state)
+{
+    (void)state;
+    enum { N = 40000, LO = 16384 / 4, HI = 16384 / 3 };
+    struct count_alloc a = { 0 };
+    tw_purgatory *p = mk_one_shard(1000, &a);
+    tw_timer *t = tw_purgatory_timer(p);
+    struct req r = { 0 };
+    one_op_many_keys(p, &r, N);
+    uint64_t left = N, now = tw_now(t);
+    for (int call = 0; call < 2; call++) { /* no time passes: one slice */
+        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        uint64_t gone = left - tw_purgatory_watched(p);
+        assert_in_range(gone, LO, HI);
+        left -= gone;
+    }
+    assert_int_equal(tw_advance(t, now + 2), 0); /* 2 ns late: three slices */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    uint64_t gone = left - tw_purgatory_watched(p);
+    assert_in_range(gone, 3 * LO, 3 * HI);
+    left -= gone;
+    assert_int_equal(tw_advance(t, now + 1000), 0); /* the rest */
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(atomic_load(&r.completed), 1);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
+}
+
+/* A clock that reads from a script on one thread while `on`, and a fixed
+ * time on every other (the driver's). */
+struct scripted_clock {
+    _Atomic int on;
+    pthread_t who;
+    const uint64_t *vals;
+    int n;
+    _Atomic int next;
+    uint64_t idle;
+};
+
+static uint64_t scripted_read(void *ctx)
+{
+    struct scripted_clock *c = ctx;
+    if (!atomic_load(&c->on) || !pthread_equal(pthread_self(), c->who))
+        return c->idle;
+    int i = atomic_fetch_add(&c->next, 1);
+    assert_true(i < c->n);
+    return c->vals[i];
+}
+
+/* The pace on a clock that moves: a slice that took 100 ns is followed by
+ * none for the next 100 ns (a call then does nothing), and a call 200 ns
+ * past the pace has three slices' worth. Each call reads the clock
+ * before and after its slice: the script gives both. */
+static void test_purge_keeps_its_pace(void **state)
+{
+    (void)state;
+    enum { N = 40000, LO = 16384 / 4, HI = 16384 / 3 };
+    static const uint64_t vals[] = {
+        1000, 1100, /* a slice that took 100: the next at 1200 */
+        1150,       /* too soon: nothing */
+        1200, 1300, /* on time: one slice; the next at 1400 */
+        1600, 1700, /* 200 late: three slices */
+        5000000, 5000001, /* the rest */
+    };
+    struct scripted_clock c = { .vals = vals, .n = (int)(sizeof(vals) / sizeof(vals[0])),
+                                .idle = 1000, .who = pthread_self() };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o); /* threaded */
+    o.timer.clock = scripted_read;
+    o.timer.clock_ctx = &c;
+    o.shards = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    struct req r = { 0 };
+    one_op_many_keys(p, &r, N);
+    atomic_store(&c.on, 1);
+    static const int slices[] = { 1, 0, 1, 3 };
+    uint64_t left = N;
+    for (int call = 0; call < 4; call++) {
+        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        uint64_t gone = left - tw_purgatory_watched(p);
+        assert_in_range(gone, slices[call] * LO, slices[call] * HI);
+        left -= gone;
+    }
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(atomic_load(&c.next), c.n); /* every value read, no more */
+    atomic_store(&c.on, 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* Counts past 16 bits (mutants.py, sets 29 to 31), at 70,000: one key
  * watched by that many ops (its list grows past 65,536, a check compacts
  * it keeping all but one, cancel_key hands them all over, a check
  * completes them all, a purge drops them all), and one op watching that
  * many keys, in one shard's table (which grows past 65,536 buckets),
  * whose completion makes them all stale and so passes a purge_interval
- * above 65,535. Nothing is left allocated: no reference is lost. */
+ * above 65,535, and the purge then goes slice by slice, one a call, to
+ * the end of its pass. Nothing is left allocated: no reference is lost. */
 static void test_past_16_bits(void **state)
 {
     (void)state;
@@ -1403,9 +1523,20 @@ static void test_past_16_bits(void **state)
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, N), 0);
     assert_int_equal(tw_purgatory_watched(p), N);
     assert_true(tw_op_force_complete(op));
-    assert_int_equal(tw_purgatory_watched(p), N); /* a check purges */
+    assert_int_equal(tw_purgatory_watched(p), N);
+    /* a check purges a slice (~16,384 visits: each of the table's 131,072
+     * buckets, and each list and entry), and the checks after it go on with the pass, though
+     * the stale count is back under the interval after the first */
     assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    uint64_t left = tw_purgatory_watched(p);
+    assert_true(left > 0 && left < N - 4000 && left > N - 8000);
+    int checks = 1;
+    while (tw_purgatory_watched(p) && checks < 100) {
+        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        checks++;
+    }
     assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_in_range(checks, 2 * N / 16384, (131072 + 2 * N) / 16384 + 2);
     assert_int_equal(atomic_load(&r[0].completed), 1);
     tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
@@ -2712,6 +2843,8 @@ int main(void)
         cmocka_unit_test(test_completed_ops_are_purged),
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_past_16_bits),
+        cmocka_unit_test(test_purge_goes_in_slices),
+        cmocka_unit_test(test_purge_keeps_its_pace),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
         cmocka_unit_test(test_walk_survives_cancel_key),
         cmocka_unit_test(test_walk_defers_compaction),

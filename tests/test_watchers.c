@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "purgatory.h"
 
@@ -244,6 +245,157 @@ static void test_compaction_moves_no_more_than_it_counted(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Key "key"'s list, and where a purge's cursor finds it. */
+static struct tw__watcher *find_list(tw_purgatory *p, uint32_t *shard, uint32_t *bucket,
+                                     uint32_t *chain)
+{
+    for (uint32_t k = 0; k < p->nshards; k++) {
+        struct tw__wshard *s = &p->shards[k];
+        for (uint32_t b = 0; b < s->cap; b++) {
+            uint32_t c = 0;
+            for (struct tw__watcher *w = s->table[b]; w; w = w->next, c++)
+                if (w->keylen == 3 && !memcmp(w->key, "key", 3)) {
+                    *shard = k;
+                    *bucket = b;
+                    *chain = c;
+                    return w;
+                }
+        }
+    }
+    return NULL;
+}
+
+/* A slice of `budget` visits from "key"'s list on (the shard's lock counts
+ * one, then each entry one: 1 + n goes through n entries of the list).
+ * Returns how many went. */
+static size_t slice_at_key(tw_purgatory *p, uint32_t budget)
+{
+    uint32_t k, b, c;
+    assert_non_null(find_list(p, &k, &b, &c));
+    p->pcur.shard = k;
+    p->pcur.bucket = b;
+    p->pcur.chain = c;
+    size_t gone = 99;
+    assert_false(tw__purge_slice(p, budget, &gone));
+    return gone;
+}
+
+static bool tomb(const struct tw__went *e)
+{
+    return tw__dead(e->op) && !tw__untag(e->op) && tw__went_completed(e);
+}
+
+/* A slice that stops in a long list leaves the entries it moved as
+ * tombstones, [pw, pr), and everything else where it was, in order: a
+ * walk skips them, an unwatch before them moves them down with the rest,
+ * the next slice goes on from pr (filling tombstones with what it keeps),
+ * cancel_key hands over no tombstone, and a whole compaction (the
+ * public purge, or a walk's) drops them, from 0. */
+static void test_slice_leaves_tombstones_and_goes_on(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    tw_purgatory *p = manual_purgatory();
+    tw_op *op[N];
+    for (int i = 0; i < N; i++)
+        op[i] = watching_key(p);
+    for (int i = 0; i < N; i += 2)
+        assert_true(tw_op_force_complete(op[i])); /* even ones stale */
+    uint32_t k, b, c;
+    struct tw__watcher *w = find_list(p, &k, &b, &c);
+
+    /* entries 0..19: ten go, ten stay at 0..9, 10..19 are tombstones */
+    assert_int_equal(slice_at_key(p, 1 + 20), 10);
+    assert_int_equal(tw_purgatory_watched(p), N - 10);
+    assert_int_equal(w->n, N);
+    assert_int_equal(w->pw, 10);
+    assert_int_equal(w->pr, 20);
+    for (int i = 0; i < 10; i++)
+        assert_ptr_equal(w->ents[i].op, op[2 * i + 1]);
+    for (int i = 10; i < 20; i++)
+        assert_true(tomb(&w->ents[i]));
+    for (int i = 20; i < N; i++)
+        assert_ptr_equal(w->ents[i].op, op[i]);
+    assert_int_equal(p->pcur.chain, c); /* stopped in the list */
+
+    /* a walk copies the 50 live ones, in order */
+    tw_op *buf[N], **got;
+    struct tw__pin pin;
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, N, &got, &pin), N / 2);
+    for (int i = 0; i < N / 2; i++)
+        assert_ptr_equal(got[i], op[2 * i + 1]);
+    /* pinned, the slice does the list whole (its dropped references in
+     * limbo), tombstones too */
+    size_t gone;
+    assert_false(tw__purge_slice(p, 1 + 20, &gone));
+    assert_int_equal(gone, 40);
+    assert_int_equal(w->nlimbo, 40);
+    assert_int_equal(w->n, N / 2);
+    assert_int_equal(w->pw, 0);
+    assert_int_equal(w->pr, 0);
+    tw__unpin(p, &pin);
+    assert_int_equal(tw_purgatory_watched(p), N / 2);
+    for (int i = 0; i < N; i++)
+        tw_op_release(op[i]);
+
+    /* again, then an unwatch before the tombstones, the next slice, and
+     * cancel_key on a list stopped in */
+    tw_op *q[N];
+    for (int i = 0; i < N / 2; i++)
+        assert_true(tw_op_force_complete(tw__untag(w->ents[i].op))); /* all stale now */
+    assert_int_equal(tw_purgatory_purge(p), N / 2); /* the key's list is gone */
+    assert_null(find_list(p, &k, &b, &c));
+    for (int i = 0; i < N; i++)
+        q[i] = watching_key(p);
+    for (int i = 0; i < N; i += 2)
+        assert_true(tw_op_force_complete(q[i]));
+    w = find_list(p, &k, &b, &c);
+    assert_int_equal(slice_at_key(p, 1 + 20), 10);
+    const struct tw_key key = { "key", 3 };
+    tw__unwatch(p, q[1], &key); /* entry 0 */
+    assert_int_equal(w->n, N - 1);
+    assert_int_equal(w->pw, 9);
+    assert_int_equal(w->pr, 19);
+    for (int i = 9; i < 19; i++)
+        assert_true(tomb(&w->ents[i]));
+    assert_ptr_equal(w->ents[19].op, q[20]);
+    /* the next slice goes on from 19: 20..39 of q, ten go, ten fill */
+    assert_int_equal(slice_at_key(p, 1 + 20), 10);
+    assert_int_equal(w->pw, 19);
+    assert_int_equal(w->pr, 39);
+    for (int i = 0; i < 19; i++)
+        assert_ptr_equal(w->ents[i].op, q[2 * i + 3]);
+    for (int i = 19; i < 39; i++)
+        assert_true(tomb(&w->ents[i]));
+    assert_int_equal(tw_purgatory_watched(p), N - 1 - 20);
+    /* cancel_key hands over every op listed but no tombstone: the 49
+     * live ones and the 30 completed ones the slices have not reached */
+    assert_int_equal(tw_purgatory_cancel_key(p, "key", 3, NULL, NULL), N - 1 - 20);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    for (int i = 0; i < N; i++)
+        tw_op_release(q[i]);
+
+    /* a list stopped in, then destroyed with its ops still held */
+    for (int i = 0; i < N; i++)
+        q[i] = watching_key(p);
+    for (int i = 0; i < N; i += 2)
+        assert_true(tw_op_force_complete(q[i]));
+    w = find_list(p, &k, &b, &c);
+    assert_int_equal(slice_at_key(p, 1 + 20), 10);
+    assert_int_equal(tw_purgatory_purge(p), N / 2 - 10); /* from 0: the rest */
+    assert_int_equal(w->n, N / 2);
+    assert_int_equal(w->pr, 0);
+    for (int i = 0; i < N / 2; i++)
+        assert_ptr_equal(w->ents[i].op, q[2 * i + 1]);
+    for (int i = 1; i < N; i += 2)
+        assert_true(tw_op_force_complete(q[i]));
+    assert_int_equal(slice_at_key(p, 1 + 20), 20);
+    assert_int_equal(w->pr, 20);
+    tw_purgatory_destroy(p, NULL, NULL);
+    for (int i = 0; i < N; i++)
+        tw_op_release(q[i]);
+}
+
 /* The entries listed (*all) and the completed ones among them, counted
  * by walking every list: what the purgatory's `watched` and `stale` must
  * say when no thread is inside it. */
@@ -278,8 +430,14 @@ struct race {
 static void *purger(void *arg)
 {
     struct race *r = arg;
-    while (!atomic_load(&r->done)) {
-        tw_purgatory_purge(r->p);
+    size_t gone;
+    for (unsigned i = 0; !atomic_load(&r->done); i++) {
+        /* whole purges, and slices of a few entries that stop in the
+         * middle of a list (the purgatory's own never run here) */
+        if (i % 4 == 0)
+            tw_purgatory_purge(r->p);
+        else
+            tw__purge_slice(r->p, 7, &gone);
         sched_yield(); /* valgrind runs one thread at a time: let the others */
     }
     return NULL;
@@ -300,7 +458,8 @@ static void *canceller(void *arg)
     return NULL;
 }
 
-/* Ops completed while another thread compacts their lists and a third
+/* Ops completed while another thread compacts their lists (whole, and in
+ * slices that stop in the middle of one) and a third
  * lets one key's list go (cancel_key): a compaction sees an op's
  * COMPLETED bit as soon as its completion sets it, and may drop the op
  * from a list before the completion has counted the lists it is in.
@@ -365,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_purge_keeps_an_emptied_list_a_walker_holds),
         cmocka_unit_test(test_compaction_moves_no_more_than_it_counted),
         cmocka_unit_test(test_stale_exact_when_completion_meets_compaction),
+        cmocka_unit_test(test_slice_leaves_tombstones_and_goes_on),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
