@@ -1400,8 +1400,9 @@ static uint64_t scripted_read(void *ctx)
 }
 
 /* The pace on a clock that moves: a slice that took 100 ns is followed by
- * none for the next 100 ns (a call then does nothing), and a call 200 ns
- * past the pace has three slices' worth. Each call reads the clock
+ * none for the next 100 ns (a call then does nothing), a call 200 ns
+ * past the pace has three slices' worth, and a clock gone back further
+ * than a slice's length is not waited for. Each call reads the clock
  * before and after its slice: the script gives both. */
 static void test_purge_keeps_its_pace(void **state)
 {
@@ -1409,9 +1410,11 @@ static void test_purge_keeps_its_pace(void **state)
     enum { N = 40000, LO = 16384 / 4, HI = 16384 / 3 };
     static const uint64_t vals[] = {
         1000, 1100, /* a slice that took 100: the next at 1200 */
+        1100,       /* as it ended: nothing */
         1150,       /* too soon: nothing */
         1200, 1300, /* on time: one slice; the next at 1400 */
-        1600, 1700, /* 200 late: three slices */
+        1600, 1700, /* 200 late: three slices; the next at 1800 */
+        500, 600,   /* the clock went back past the pace: one slice */
         5000000, 5000001, /* the rest */
     };
     struct scripted_clock c = { .vals = vals, .n = (int)(sizeof(vals) / sizeof(vals[0])),
@@ -1426,9 +1429,9 @@ static void test_purge_keeps_its_pace(void **state)
     struct req r = { 0 };
     one_op_many_keys(p, &r, N);
     atomic_store(&c.on, 1);
-    static const int slices[] = { 1, 0, 1, 3 };
+    static const int slices[] = { 1, 0, 0, 1, 3, 1 };
     uint64_t left = N;
-    for (int call = 0; call < 4; call++) {
+    for (int call = 0; call < 6; call++) {
         assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
         uint64_t gone = left - tw_purgatory_watched(p);
         assert_in_range(gone, slices[call] * LO, slices[call] * HI);

@@ -290,7 +290,7 @@ static bool tomb(const struct tw__went *e)
  * walk skips them, an unwatch before them moves them down with the rest,
  * the next slice goes on from pr (filling tombstones with what it keeps),
  * cancel_key hands over no tombstone, and a whole compaction (the
- * public purge, or a walk's) drops them, from 0. */
+ * public purge, or a walk's) drops them, and goes from 0. */
 static void test_slice_leaves_tombstones_and_goes_on(void **state)
 {
     (void)state;
@@ -375,19 +375,29 @@ static void test_slice_leaves_tombstones_and_goes_on(void **state)
     for (int i = 0; i < N; i++)
         tw_op_release(q[i]);
 
-    /* a list stopped in, then destroyed with its ops still held */
+    /* an unwatch of the first entry with no slice stopped in the list
+     * leaves no mark; then a whole purge after a slice goes from 0, and
+     * drops what completed before pw since; then a list stopped in is
+     * destroyed with its ops still held */
     for (int i = 0; i < N; i++)
         q[i] = watching_key(p);
-    for (int i = 0; i < N; i += 2)
-        assert_true(tw_op_force_complete(q[i]));
     w = find_list(p, &k, &b, &c);
-    assert_int_equal(slice_at_key(p, 1 + 20), 10);
-    assert_int_equal(tw_purgatory_purge(p), N / 2 - 10); /* from 0: the rest */
-    assert_int_equal(w->n, N / 2);
+    tw__unwatch(p, q[0], &key);
+    assert_int_equal(w->n, N - 1);
+    assert_int_equal(w->pw, 0);
     assert_int_equal(w->pr, 0);
-    for (int i = 0; i < N / 2; i++)
-        assert_ptr_equal(w->ents[i].op, q[2 * i + 1]);
-    for (int i = 1; i < N; i += 2)
+    for (int i = 2; i < N; i += 2)
+        assert_true(tw_op_force_complete(q[i])); /* 49: q[2] ... q[98] */
+    assert_int_equal(slice_at_key(p, 1 + 20), 10); /* q[1] ... q[20] */
+    assert_int_equal(w->pw, 10);
+    assert_ptr_equal(w->ents[0].op, q[1]);
+    assert_true(tw_op_force_complete(q[1])); /* before pw */
+    assert_int_equal(tw_purgatory_purge(p), 1 + 49 - 10);
+    assert_int_equal(w->n, N / 2 - 1);
+    assert_int_equal(w->pr, 0);
+    for (int i = 0; i < N / 2 - 1; i++)
+        assert_ptr_equal(w->ents[i].op, q[2 * i + 3]);
+    for (int i = 3; i < N; i += 2)
         assert_true(tw_op_force_complete(q[i]));
     assert_int_equal(slice_at_key(p, 1 + 20), 20);
     assert_int_equal(w->pr, 20);
