@@ -36,6 +36,10 @@
 #include "timer.h" /* tw__in_callback, tw__misuse */
 #include "purgatory.h"
 
+/* A pass of the purge goes in slices of about this many visits (entries,
+ * lists and buckets), ~0.1 ms, on the threads that call maybe_purge. */
+#define TW__PURGE_SLICE 16384u
+
 void *tw__p_alloc(tw_purgatory *p, size_t size)
 {
     return p->a.alloc(p->a.ctx, size);
@@ -83,6 +87,7 @@ int tw_purgatory_create(tw_purgatory **out, const struct tw_purgatory_options *o
     p->threaded = o.timer.threaded;
     p->nshards = o.shards;
     p->purge_interval = o.purge_interval;
+    p->purge_slice = TW__PURGE_SLICE;
     tw__hash_key_init(&p->hkey);
     if ((rc = tw__states_create(&p->states, &p->a))) {
         tw__p_free(p, p);
@@ -305,10 +310,6 @@ static bool safe_try_complete(tw_op *op)
  * waits for an eighth"). */
 #define TW__PURGE_SHARE 8u
 
-/* A pass of the purge goes in slices of about this many visits (entries,
- * lists and buckets), ~0.1 ms, on the threads that call maybe_purge. */
-#define TW__PURGE_SLICE 16384u
-
 static bool purge_due(tw_purgatory *p)
 {
     /* The count can dip below 0 for a moment when an entry is dropped
@@ -345,7 +346,7 @@ static void maybe_purge(tw_purgatory *p)
         return; /* someone else is at it */
     bool passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
     if (passing || purge_due(p)) {
-        uint64_t now = tw_now(p->timer), budget = TW__PURGE_SLICE;
+        uint64_t now = tw_now(p->timer), budget = p->purge_slice;
         /* sooner than the pace: wait (unless the clock went back) */
         if (passing && now < p->purge_next && p->purge_next - now <= p->purge_took) {
             atomic_store(&p->purging, 0);
@@ -353,8 +354,8 @@ static void maybe_purge(tw_purgatory *p)
         }
         if (passing && now > p->purge_next) {
             uint64_t late = (now - p->purge_next) / (p->purge_took ? p->purge_took : 1);
-            budget = late >= UINT32_MAX / TW__PURGE_SLICE ? UINT32_MAX
-                                                          : (late + 1) * TW__PURGE_SLICE;
+            budget = late >= UINT32_MAX / p->purge_slice ? UINT32_MAX
+                                                         : (late + 1) * p->purge_slice;
         }
         size_t gone;
         bool over = tw__purge_slice(p, (uint32_t)budget, &gone);

@@ -183,6 +183,9 @@ struct tw_purgatory {
      * before purge_next, on the timer's clock; purge_took: how long the
      * last slice took. */
     uint64_t purge_next, purge_took;
+    /* A slice's visits: TW__PURGE_SLICE (purgatory.c); the model test
+     * and its fuzzer make it a few, so that slices stop inside lists. */
+    uint32_t purge_slice;
     void (*unfinished)(tw_op *op, void *arg); /* during destroy */
     void *unfinished_arg;
 };
