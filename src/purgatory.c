@@ -338,30 +338,41 @@ static bool purge_due(tw_purgatory *p)
  * pass, once started, is finished by the calls that follow, due or not,
  * so the completed entries it drops can be those of more than an eighth
  * of them: as many more as complete while it runs. */
+static bool too_soon(tw_purgatory *p, uint64_t now)
+{
+    uint64_t next = atomic_load_explicit(&p->purge_next, memory_order_relaxed);
+    uint64_t took = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
+    return now < next && next - now <= took; /* not if the clock went back */
+}
+
 static void maybe_purge(tw_purgatory *p)
 {
-    if (!atomic_load_explicit(&p->passing, memory_order_relaxed) && !purge_due(p))
+    bool passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
+    if (!passing && !purge_due(p))
+        return;
+    uint64_t now = tw_now(p->timer);
+    /* Most calls during a pass come too soon: they learn it before the
+     * exchange, a locked instruction on a line the other threads write. */
+    if (passing && too_soon(p, now))
         return;
     if (atomic_exchange(&p->purging, 1))
         return; /* someone else is at it */
-    bool passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
-    if (passing || purge_due(p)) {
-        uint64_t now = tw_now(p->timer), budget = p->purge_slice;
-        /* sooner than the pace: wait (unless the clock went back) */
-        if (passing && now < p->purge_next && p->purge_next - now <= p->purge_took) {
-            atomic_store(&p->purging, 0);
-            return;
-        }
-        if (passing && now > p->purge_next) {
-            uint64_t late = (now - p->purge_next) / (p->purge_took ? p->purge_took : 1);
+    passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
+    if (passing ? !too_soon(p, now) : purge_due(p)) {
+        uint64_t budget = p->purge_slice;
+        uint64_t next = atomic_load_explicit(&p->purge_next, memory_order_relaxed);
+        uint64_t took = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
+        if (passing && now > next) {
+            uint64_t late = (now - next) / (took ? took : 1);
             budget = late >= UINT32_MAX / p->purge_slice ? UINT32_MAX
                                                          : (late + 1) * p->purge_slice;
         }
         size_t gone;
         bool over = tw__purge_slice(p, (uint32_t)budget, &gone);
         uint64_t then = tw_now(p->timer);
-        p->purge_took = then > now ? then - now : 0;
-        p->purge_next = then + p->purge_took;
+        took = then > now ? then - now : 0;
+        atomic_store_explicit(&p->purge_took, took, memory_order_relaxed);
+        atomic_store_explicit(&p->purge_next, then + took, memory_order_relaxed);
         atomic_store_explicit(&p->passing, !over, memory_order_relaxed);
     }
     atomic_store(&p->purging, 0);

@@ -179,10 +179,10 @@ struct tw_purgatory {
     struct {
         uint32_t shard, bucket, chain;
     } pcur;
-    /* The pace of a pass (maybe_purge), also the holder's: no slice
-     * before purge_next, on the timer's clock; purge_took: how long the
-     * last slice took. */
-    uint64_t purge_next, purge_took;
+    /* The pace of a pass (maybe_purge): no slice before purge_next, on
+     * the timer's clock; purge_took: how long the last slice took.
+     * Written by the holder of `purging`, read by any caller first. */
+    _Atomic uint64_t purge_next, purge_took;
     /* A slice's visits: TW__PURGE_SLICE (purgatory.c); the model test
      * and its fuzzer make it a few, so that slices stop inside lists. */
     uint32_t purge_slice;
