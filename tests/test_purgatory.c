@@ -1374,8 +1374,48 @@ static void test_purge_goes_in_slices(void **state)
     assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
     assert_int_equal(tw_purgatory_watched(p), 0);
     assert_int_equal(atomic_load(&r.completed), 1);
+    /* the slices took the emptied lists off the shard's count too: no
+     * key is placed, so the hash key may change */
+    static const unsigned char hkey[16] = "sliced away";
+    assert_int_equal(tw_purgatory_set_hash_key(p, hkey), 0);
     tw_purgatory_destroy(p, NULL, NULL);
     assert_int_equal(a.live, 0);
+}
+
+/* A pass visits every list: lists that a slice keeps (each holds a live
+ * op) are passed over to the next, in the same bucket's chain and in the
+ * next bucket, none skipped. 2,000 keys, each watched by a live op and a
+ * completed one: one slice (2,048 buckets and 3 visits a list) drops
+ * every completed entry. */
+static void test_purge_visits_every_list(void **state)
+{
+    (void)state;
+    enum { N = 2000 };
+    struct count_alloc a = { 0 };
+    tw_purgatory *p = mk_one_shard(100, &a);
+    struct req live = { 0 }, done = { 0 };
+    struct tw_key *keys = calloc(N, sizeof(*keys));
+    char *names = calloc(N, 8);
+    assert_non_null(keys);
+    assert_non_null(names);
+    for (int i = 0; i < N; i++) {
+        keys[i].data = names + 8 * i;
+        keys[i].len = (size_t)snprintf(names + 8 * i, 8, "k%d", i);
+    }
+    tw_op *l = mk_op(p, &live, 3600 * SEC), *d = mk_op(p, &done, 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, l, keys, N), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, d, keys, N), 0);
+    assert_true(tw_op_force_complete(d));
+    assert_int_equal(tw_purgatory_watched(p), 2 * N);
+    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(tw_purgatory_watched(p), N);
+    assert_int_equal(tw_purgatory_purge(p), 0); /* nothing was left */
+    tw_op_release(l);
+    tw_op_release(d);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
+    free(keys);
+    free(names);
 }
 
 /* A clock that reads from a script on one thread while `on`, and a fixed
@@ -2847,6 +2887,7 @@ int main(void)
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_past_16_bits),
         cmocka_unit_test(test_purge_goes_in_slices),
+        cmocka_unit_test(test_purge_visits_every_list),
         cmocka_unit_test(test_purge_keeps_its_pace),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
         cmocka_unit_test(test_walk_survives_cancel_key),
