@@ -166,6 +166,19 @@ static void test_purge_keeps_an_emptied_list_a_walker_holds(void **state)
     tw__unpin(p, &pin);
     assert_int_equal(lists(p), 0);
     tw_op_release(op);
+    /* and a purge's slice likewise */
+    op = watching_key(p);
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, 4, &got, &pin), 1);
+    assert_true(tw_op_force_complete(op));
+    size_t gone;
+    p->pcur.shard = p->pcur.bucket = p->pcur.chain = 0;
+    assert_true(tw__purge_slice(p, UINT32_MAX, &gone));
+    assert_int_equal(gone, 1);
+    assert_int_equal(lists(p), 1);
+    assert_int_equal(pin.w->n, 0);
+    tw__unpin(p, &pin);
+    assert_int_equal(lists(p), 0);
+    tw_op_release(op);
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
@@ -179,11 +192,16 @@ struct hook {
     tw_op *victim;
     size_t want;
     tw_op **block; /* the armed allocation */
+    int refuse;    /* or, once armed, the allocation of `want` refused */
 };
 
 static void *hook_alloc(void *ctx, size_t size)
 {
     struct hook *h = ctx;
+    if (h->refuse && size == h->want) {
+        h->refuse = 0;
+        return NULL;
+    }
     if (!h->victim || size != h->want)
         return malloc(size);
     tw_op *v = h->victim;
@@ -406,6 +424,53 @@ static void test_slice_leaves_tombstones_and_goes_on(void **state)
         tw_op_release(q[i]);
 }
 
+/* A slice that comes back to a list it stopped in, now held by a walker,
+ * and cannot have limbo for it (no memory) leaves the list as it is and
+ * goes on: stopping there, every slice would stop there until the walker
+ * left, and no other list would be purged meanwhile. */
+static void test_slice_passes_a_held_list_it_cannot_compact(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    struct hook h = { 0 };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer.threaded = 0;
+    o.timer.allocator = (struct tw_allocator){ hook_alloc, hook_free, &h };
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_op *op[N];
+    for (int i = 0; i < N; i++)
+        op[i] = watching_key(p);
+    for (int i = 0; i < N; i += 2)
+        assert_true(tw_op_force_complete(op[i]));
+    uint32_t k, b, c;
+    struct tw__watcher *w = find_list(p, &k, &b, &c);
+    assert_int_equal(slice_at_key(p, 1 + 10), 5);
+    assert_int_equal(w->pr, 10);
+    tw_op *buf[N], **got;
+    struct tw__pin pin;
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, N, &got, &pin), N / 2);
+    h.want = 15 * sizeof(tw_op *); /* limbo for the 15 completed past pr */
+    h.refuse = 1;
+    p->pcur.shard = k;
+    p->pcur.bucket = b;
+    p->pcur.chain = c;
+    size_t gone;
+    assert_true(tw__purge_slice(p, UINT32_MAX, &gone)); /* on to the end */
+    assert_int_equal(h.refuse, 0); /* limbo was asked for */
+    assert_int_equal(gone, 0);
+    assert_int_equal(w->n, N);
+    assert_int_equal(w->pr, 10);
+    tw__unpin(p, &pin); /* no walker: compacted whole */
+    assert_int_equal(w->n, N / 2);
+    assert_int_equal(w->pr, 0);
+    assert_int_equal(tw_purgatory_watched(p), N / 2);
+    for (int i = 0; i < N; i++)
+        tw_op_release(op[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* The entries listed (*all) and the completed ones among them, counted
  * by walking every list: what the purgatory's `watched` and `stale` must
  * say when no thread is inside it. */
@@ -535,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_compaction_moves_no_more_than_it_counted),
         cmocka_unit_test(test_stale_exact_when_completion_meets_compaction),
         cmocka_unit_test(test_slice_leaves_tombstones_and_goes_on),
+        cmocka_unit_test(test_slice_passes_a_held_list_it_cannot_compact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
