@@ -345,16 +345,33 @@ static bool too_soon(tw_purgatory *p, uint64_t now)
     return now < next && next - now <= took; /* not if the clock went back */
 }
 
+/* Calls during a pass that skip even the clock read, on this thread:
+ * after a call found it too soon, the next 1, then 2, 4, ... up to 16
+ * calls do not look (a slice may then come up to that many calls later
+ * than its pace), and a slice that runs here starts over. Under Kafka's
+ * own benchmark the clock reads of the calls that came too soon, one an
+ * expiration, were 1.5% of all samples. Per thread, so that counting
+ * is no write to shared memory; shared by a thread's purgatories. */
+static _Thread_local uint8_t purge_skip __attribute__((tls_model("initial-exec")));
+static _Thread_local uint8_t purge_backoff __attribute__((tls_model("initial-exec")));
+
 static void maybe_purge(tw_purgatory *p)
 {
     bool passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
     if (!passing && !purge_due(p))
         return;
+    if (passing && purge_skip) {
+        purge_skip--;
+        return;
+    }
     uint64_t now = tw_now(p->timer);
     /* Most calls during a pass come too soon: they learn it before the
      * exchange, a locked instruction on a line the other threads write. */
-    if (passing && too_soon(p, now))
+    if (passing && too_soon(p, now)) {
+        purge_backoff = purge_backoff ? (purge_backoff < 16 ? purge_backoff * 2 : 16) : 1;
+        purge_skip = purge_backoff;
         return;
+    }
     if (atomic_exchange(&p->purging, 1))
         return; /* someone else is at it */
     passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
@@ -374,6 +391,7 @@ static void maybe_purge(tw_purgatory *p)
         atomic_store_explicit(&p->purge_took, took, memory_order_relaxed);
         atomic_store_explicit(&p->purge_next, then + took, memory_order_relaxed);
         atomic_store_explicit(&p->passing, !over, memory_order_relaxed);
+        purge_backoff = purge_skip = 0;
     }
     atomic_store(&p->purging, 0);
 }

@@ -1440,18 +1440,21 @@ static uint64_t scripted_read(void *ctx)
 }
 
 /* The pace on a clock that moves: a slice that took 100 ns is followed by
- * none for the next 100 ns (a call then does nothing), a call 200 ns
- * past the pace has three slices' worth, and a clock gone back further
- * than a slice's length is not waited for. Each call reads the clock
- * before and after its slice: the script gives both. */
+ * none for the next 100 ns (a call then does nothing, and the thread's
+ * next 1, 2, 4 ... calls do not even read the clock), a call 200 ns past
+ * the pace has three slices' worth, and a clock gone back further than a
+ * slice's length is not waited for. Each call that looks reads the
+ * clock before its slice and after it: the script gives both. */
 static void test_purge_keeps_its_pace(void **state)
 {
     (void)state;
     enum { N = 40000, LO = 16384 / 4, HI = 16384 / 3 };
     static const uint64_t vals[] = {
         1000, 1100, /* a slice that took 100: the next at 1200 */
-        1100,       /* as it ended: nothing */
-        1150,       /* too soon: nothing */
+        1100,       /* as it ended: nothing, and the next call skips */
+                    /* (that call: no clock read) */
+        1150,       /* too soon: nothing, and the next two skip */
+                    /* (two calls) */
         1200, 1300, /* on time: one slice; the next at 1400 */
         1600, 1700, /* 200 late: three slices; the next at 1800 */
         500, 600,   /* the clock went back past the pace: one slice */
@@ -1469,12 +1472,14 @@ static void test_purge_keeps_its_pace(void **state)
     struct req r = { 0 };
     one_op_many_keys(p, &r, N);
     atomic_store(&c.on, 1);
-    static const int slices[] = { 1, 0, 0, 1, 3, 1 };
+    static const int slices[] = { 1, 0, 0, 0, 0, 0, 1, 3, 1 };
+    static const int reads[] = { 2, 3, 3, 4, 4, 4, 6, 8, 10 }; /* clock reads after */
     uint64_t left = N;
-    for (int call = 0; call < 6; call++) {
+    for (int call = 0; call < 9; call++) {
         assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
         uint64_t gone = left - tw_purgatory_watched(p);
         assert_in_range(gone, slices[call] * LO, slices[call] * HI);
+        assert_int_equal(atomic_load(&c.next), reads[call]);
         left -= gone;
     }
     assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
