@@ -1322,18 +1322,27 @@ static void count_each(tw_op *op, void *arg)
     (*(long *)arg)++;
 }
 
+/* Keys "k0", "k1", ... "k<n-1>"; *names holds their bytes. Both freed by
+ * the caller. */
+static struct tw_key *many_keys(int n, char **names)
+{
+    struct tw_key *keys = calloc((size_t)n, sizeof(*keys));
+    *names = calloc((size_t)n, 8);
+    assert_non_null(keys);
+    assert_non_null(*names);
+    for (int i = 0; i < n; i++) {
+        keys[i].data = *names + 8 * i;
+        keys[i].len = (size_t)snprintf(*names + 8 * i, 8, "k%d", i);
+    }
+    return keys;
+}
+
 /* One op watching `nkeys` keys of p, completed: each of its lists now
  * holds one stale entry for a purge to drop. The op is released. */
 static void one_op_many_keys(tw_purgatory *p, struct req *r, int nkeys)
 {
-    struct tw_key *keys = calloc((size_t)nkeys, sizeof(*keys));
-    char *names = calloc((size_t)nkeys, 8);
-    assert_non_null(keys);
-    assert_non_null(names);
-    for (int i = 0; i < nkeys; i++) {
-        keys[i].data = names + 8 * i;
-        keys[i].len = (size_t)snprintf(names + 8 * i, 8, "k%d", i);
-    }
+    char *names;
+    struct tw_key *keys = many_keys(nkeys, &names);
     tw_op *op = mk_op(p, r, 3600 * SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, (size_t)nkeys), 0);
     assert_int_equal(tw_purgatory_watched(p), (uint64_t)nkeys);
@@ -1394,14 +1403,8 @@ static void test_purge_visits_every_list(void **state)
     struct count_alloc a = { 0 };
     tw_purgatory *p = mk_one_shard(100, &a);
     struct req live = { 0 }, done = { 0 };
-    struct tw_key *keys = calloc(N, sizeof(*keys));
-    char *names = calloc(N, 8);
-    assert_non_null(keys);
-    assert_non_null(names);
-    for (int i = 0; i < N; i++) {
-        keys[i].data = names + 8 * i;
-        keys[i].len = (size_t)snprintf(names + 8 * i, 8, "k%d", i);
-    }
+    char *names;
+    struct tw_key *keys = many_keys(N, &names);
     tw_op *l = mk_op(p, &live, 3600 * SEC), *d = mk_op(p, &done, 3600 * SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, l, keys, N), 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, d, keys, N), 0);
@@ -1558,14 +1561,8 @@ static void test_past_16_bits(void **state)
     /* one op, N keys: completed, its N listings are stale, past the
      * interval of N - 1000 */
     p = mk_one_shard(N - 1000, &a);
-    struct tw_key *keys = calloc(N, sizeof(*keys));
-    char *names = calloc(N, 8);
-    assert_non_null(keys);
-    assert_non_null(names);
-    for (int i = 0; i < N; i++) {
-        keys[i].data = names + 8 * i;
-        keys[i].len = (size_t)snprintf(names + 8 * i, 8, "k%d", i);
-    }
+    char *names;
+    struct tw_key *keys = many_keys(N, &names);
     memset(r, 0, sizeof(*r));
     tw_op *op = mk_op(p, &r[0], SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, N), 0);

@@ -219,6 +219,18 @@ static void hook_free(void *ctx, void *ptr)
     free(ptr);
 }
 
+/* A manual purgatory whose allocations go through the hook h. */
+static tw_purgatory *hooked_purgatory(struct hook *h)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer.threaded = 0;
+    o.timer.allocator = (struct tw_allocator){ hook_alloc, hook_free, h };
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    return p;
+}
+
 /* A compaction of a held list counts its completed entries, allocates a
  * limbo of that many, then moves them: an op completed between the count
  * and the move (another thread's completion, which takes no shard lock)
@@ -228,12 +240,7 @@ static void test_compaction_moves_no_more_than_it_counted(void **state)
 {
     (void)state;
     struct hook h = { 0 };
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.timer.threaded = 0;
-    o.timer.allocator = (struct tw_allocator){ hook_alloc, hook_free, &h };
-    tw_purgatory *p;
-    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_purgatory *p = hooked_purgatory(&h);
     tw_op *a, *b, *v;
     assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &a), 0);
     assert_int_equal(tw_op_create(p, &ops, NULL, 3600 * SEC, &b), 0);
@@ -433,12 +440,7 @@ static void test_slice_passes_a_held_list_it_cannot_compact(void **state)
     (void)state;
     enum { N = 40 };
     struct hook h = { 0 };
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.timer.threaded = 0;
-    o.timer.allocator = (struct tw_allocator){ hook_alloc, hook_free, &h };
-    tw_purgatory *p;
-    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_purgatory *p = hooked_purgatory(&h);
     tw_op *op[N];
     for (int i = 0; i < N; i++)
         op[i] = watching_key(p);
