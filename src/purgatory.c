@@ -327,17 +327,7 @@ static bool purge_due(tw_purgatory *p)
     return (uint64_t)stale >= (atomic_load(&p->watched) + TW__PURGE_SHARE - 1) / TW__PURGE_SHARE;
 }
 
-/* Goes on with the pass under way, or starts one when a purge is due.
- * A pass goes in slices, each after at least as long as the last took
- * (on the timer's clock): the thread doing it, most often the one running
- * the expirations, spends at most half its time on the purge while other
- * work waits, and what waits behind it waits for one slice, not for a
- * visit of every entry (with Kafka's own benchmark at 800,000 requests/s
- * those were 4 to 5 ms). A call later than that has a larger slice, in
- * proportion, so that a pass keeps up however seldom it is called. A
- * pass, once started, is finished by the calls that follow, due or not,
- * so the completed entries it drops can be those of more than an eighth
- * of them: as many more as complete while it runs. */
+/* The pace: the next slice is not due before purge_next (maybe_purge). */
 static bool too_soon(tw_purgatory *p, uint64_t now)
 {
     uint64_t next = atomic_load_explicit(&p->purge_next, memory_order_relaxed);
@@ -355,6 +345,17 @@ static bool too_soon(tw_purgatory *p, uint64_t now)
 static _Thread_local uint8_t purge_skip __attribute__((tls_model("initial-exec")));
 static _Thread_local uint8_t purge_backoff __attribute__((tls_model("initial-exec")));
 
+/* Goes on with the pass under way, or starts one when a purge is due.
+ * A pass goes in slices, each after at least as long as the last took
+ * (on the timer's clock): the thread doing it, most often the one running
+ * the expirations, spends at most half its time on the purge while other
+ * work waits, and what waits behind it waits for one slice, not for a
+ * visit of every entry (with Kafka's own benchmark at 800,000 requests/s
+ * those were 4 to 5 ms). A call later than that has a larger slice, in
+ * proportion, so that a pass keeps up however seldom it is called. A
+ * pass, once started, is finished by the calls that follow, due or not,
+ * so the completed entries it drops can be those of more than an eighth
+ * of them: as many more as complete while it runs. */
 static void maybe_purge(tw_purgatory *p)
 {
     bool passing = atomic_load_explicit(&p->passing, memory_order_relaxed);

@@ -220,8 +220,9 @@ void tw__drop_taken(tw_purgatory *p, struct tw__wshard *s, struct tw__watcher *w
 size_t tw__purge_all(tw_purgatory *p);
 /* Drops completed ops from the lists from p->pcur on, until about
  * `budget` entries were visited (a long list is left in the middle, to be
- * gone on with by the next slice) or the last shard is done; the caller holds `purging`. *gone: how many went.
- * Returns true when the pass is over (pcur back at the start). */
+ * gone on with by the next slice) or the last shard is done; the caller
+ * holds `purging`. *gone: how many went. Returns true when the pass is
+ * over (pcur back at the start). */
 bool tw__purge_slice(tw_purgatory *p, uint32_t budget, size_t *gone);
 
 /* The op lost its place in a list: accounting for that. */
