@@ -295,7 +295,7 @@ static struct tw__watcher *find_list(tw_purgatory *p, uint32_t *shard, uint32_t 
  * Returns how many went. */
 static size_t slice_at_key(tw_purgatory *p, uint32_t budget)
 {
-    uint32_t k, b, c;
+    uint32_t k = 0, b = 0, c = 0;
     assert_non_null(find_list(p, &k, &b, &c));
     p->pcur.shard = k;
     p->pcur.bucket = b;
@@ -326,7 +326,7 @@ static void test_slice_leaves_tombstones_and_goes_on(void **state)
         op[i] = watching_key(p);
     for (int i = 0; i < N; i += 2)
         assert_true(tw_op_force_complete(op[i])); /* even ones stale */
-    uint32_t k, b, c;
+    uint32_t k = 0, b = 0, c = 0;
     struct tw__watcher *w = find_list(p, &k, &b, &c);
 
     /* entries 0..19: ten go, ten stay at 0..9, 10..19 are tombstones */
@@ -446,7 +446,7 @@ static void test_slice_passes_a_held_list_it_cannot_compact(void **state)
         op[i] = watching_key(p);
     for (int i = 0; i < N; i += 2)
         assert_true(tw_op_force_complete(op[i]));
-    uint32_t k, b, c;
+    uint32_t k = 0, b = 0, c = 0;
     struct tw__watcher *w = find_list(p, &k, &b, &c);
     assert_int_equal(slice_at_key(p, 1 + 10), 5);
     assert_int_equal(w->pr, 10);
