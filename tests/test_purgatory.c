@@ -1874,10 +1874,40 @@ static bool gate_try(tw_op *op)
 
 static const struct tw_op_ops gate_ops = { gate_try, req_complete, req_expire };
 
+/* The shard that holds key's list (its index), found by watching a
+ * scratch op under it and reading the shards' counts (purgatory.h); the
+ * list is let go again. */
+static uint32_t shard_holding(tw_purgatory *p, const char *key)
+{
+    uint32_t *n0 = calloc(p->nshards, sizeof(*n0)), at = UINT32_MAX;
+    assert_non_null(n0);
+    for (uint32_t i = 0; i < p->nshards; i++)
+        n0[i] = p->shards[i].n;
+    struct req r = { 0 };
+    tw_op *op;
+    assert_int_equal(tw_op_create(p, &req_ops, &r, SEC, &op), 0);
+    struct tw_key k = { key, strlen(key) };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 0);
+    for (uint32_t i = 0; i < p->nshards; i++)
+        if (p->shards[i].n != n0[i])
+            at = i;
+    assert_int_equal(tw_purgatory_cancel_key(p, key, strlen(key), NULL, NULL), 1);
+    tw_op_release(op);
+    free(n0);
+    assert_true(at != UINT32_MAX);
+    return at;
+}
+
+/* A's second key: one whose list is in another shard than "w"'s. A waits
+ * inside an allocation of its watch, under that key's shard lock, for
+ * the test's walk of "w": in one shard, the walk would wait for the lock
+ * (the purgatory's hash key is drawn at random: one run in 512). */
+static char gate_fresh[16];
+
 static void *gate_submitter(void *arg)
 {
     (void)arg;
-    struct tw_key ks[2] = { KEY("w"), KEY("fresh") };
+    struct tw_key ks[2] = { KEY("w"), { gate_fresh, strlen(gate_fresh) } };
     atomic_store(&ga.armed, 1);
     int rc = tw_purgatory_try_complete_else_watch(gp, gx, ks, 2);
     tw_op_release(gx); /* -ENOMEM: X is in no list, ours to drop */
@@ -1896,6 +1926,12 @@ static void test_walk_keeps_entry_unwatched_meanwhile(void **state)
     o.timer = manual_opts(&pclock, 0, MS, 64);
     o.timer.allocator = (struct tw_allocator){ gate_alloc_fn, count_free_fn, &ga };
     assert_int_equal(tw_purgatory_create(&gp, &o), 0);
+    uint32_t w_at = shard_holding(gp, "w");
+    for (int i = 0;; i++) {
+        snprintf(gate_fresh, sizeof gate_fresh, "fresh%d", i);
+        if (shard_holding(gp, gate_fresh) != w_at)
+            break;
+    }
     tw_op *op0;
     assert_int_equal(tw_op_create(gp, &gate_ops, &gr0, SEC, &op0), 0);
     struct tw_key k = KEY("w");
