@@ -37,7 +37,12 @@
  * p99 (how long after its latency a request's completion ran). The last,
  * "exp p99", is how late the expirations ran at p99 (after the op's
  * creation plus its timeout): the purgatory's own timer, whose thread
- * also runs the purges.
+ * also runs the purges. "stale max" is the most the completed entries
+ * still listed came to, as a share of all listed, over samples taken
+ * every 1,024 requests while they are added: a purge is due once they are
+ * an eighth (12.5%) and past purge_interval, and the header's bound on the
+ * memory they hold is that share, give or take what completes while a
+ * purge's slices go round.
  *
  *   twheel-purgatory-bench [--quick] [--kafka] [--rates 50000,100000,...]
  *       [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]
@@ -79,6 +84,14 @@ struct fake_req {
 };
 
 static _Atomic long completed_n, expired_n, missed_n;
+/* The peak share of completed entries among those listed, sampled by the
+ * generator: every entry of a live op is listed (one per key, a key drawn
+ * twice twice), so the rest of tw_purgatory_watched are completed ops'. An
+ * op counts as live here until its on_complete has counted it (an expiry
+ * runs on_complete too), a little after it completed, so a sample may
+ * understate the completed entries by those of the few ops completing at
+ * that moment. */
+static double stale_max;
 static tw_purgatory *purg;
 /* "key-0" .. "key-<key_space - 1>", made once: a request names its keys
  * from here, so the generator's own work per request is a few random
@@ -174,6 +187,7 @@ static void run(double rate)
     atomic_store(&completed_n, 0);
     atomic_store(&expired_n, 0);
     atomic_store(&missed_n, 0);
+    stale_max = 0;
     if (tw_purgatory_create(&purg, NULL))
         exit(1);
     struct tw_options o;
@@ -221,6 +235,13 @@ static void run(double rate)
             tw_schedule(completions, latency, completion_fn, r, NULL);
         else
             tw_op_release(r->op);
+        if ((i & 1023) == 1023) {
+            long live = (long)(i + 1) - atomic_load(&completed_n); /* expired too */
+            double listed = (double)tw_purgatory_watched(purg);
+            double stale = listed - (double)live * cfg.keys;
+            if (listed > 0 && stale / listed > stale_max)
+                stale_max = stale / listed;
+        }
     }
     uint64_t enq_end = now_ns();
     double achieved = (double)n / ((double)(enq_end - start) / 1e9);
@@ -251,9 +272,10 @@ static void run(double rate)
     qsort(late, ne, sizeof(*late), cmp_u64);
     double exp99 = ne ? (double)late[(ne * 99) / 100] / 1e6 : 0;
     free(late);
-    printf("%10.0f %12.0f %10.2f %12.1f %10ld %10ld %8llu %8ld %9.1f %9.1f\n", rate, achieved,
-           (c1 - c0) * 1e6 / (double)n, (double)ru.ru_maxrss / 1024.0, atomic_load(&completed_n),
-           atomic_load(&expired_n), watched, atomic_load(&missed_n), p99, exp99);
+    printf("%10.0f %12.0f %10.2f %12.1f %10ld %10ld %8llu %8ld %9.1f %9.1f %9.1f%%\n", rate,
+           achieved, (c1 - c0) * 1e6 / (double)n, (double)ru.ru_maxrss / 1024.0,
+           atomic_load(&completed_n), atomic_load(&expired_n), watched, atomic_load(&missed_n), p99,
+           exp99, stale_max * 100);
     fflush(stdout);
     free(reqs);
 }
@@ -309,9 +331,9 @@ int main(int argc, char **argv)
                                "request; each op completed by itself, no list walked)"
                              : "completions: the walk (each request's own keys; check_and_complete on "
                                "each, trying every op watched there)");
-    printf("%10s %12s %10s %12s %10s %10s %8s %8s %9s %9s\n", "target/s", "achieved/s",
+    printf("%10s %12s %10s %12s %10s %10s %8s %8s %9s %9s %10s\n", "target/s", "achieved/s",
            "CPU us/req", "peak RSS MB", "completed", "expired", "watched", "missed", "late p99",
-           "exp p99");
+           "exp p99", "stale max");
     char *list = strdup(cfg.rates);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","))
         run(atof(tok));

@@ -35,8 +35,10 @@
  * came from there) to purge_interval or a seventh of the live entries,
  * whichever is more, give or take what completes while a purge runs; a
  * purge visits every entry, and so costs at most eight visits an entry
- * it drops. A purge runs on the threads whose expirations and
- * check_and_complete calls come while it is due, in slices of ~16,384
+ * it drops. A purge runs on the threads whose expirations,
+ * check_and_complete and tw_op_force_complete calls come while it is due
+ * (a completion checks whether one is, so the bound holds whether or not
+ * any op expires or any key is checked), in slices of ~16,384
  * visits (~0.1 ms; a long list is left in the middle and gone on with),
  * each slice at least as long after the last as the last took: a thread
  * spends at most half its time purging while expirations wait, and they
@@ -154,7 +156,11 @@ TW_API bool tw_op_is_completed(const tw_op *op);
 
 /* Completes op: true for exactly one caller, who has run on_complete and
  * cancelled the timeout by the time it returns. Any thread; also from
- * try_complete (the op's lock is recursive). false for NULL. */
+ * try_complete (the op's lock is recursive). false for NULL. An op still
+ * listed under keys adds to the completed entries listed, and when they
+ * are due a purge (above, "Memory") this call then runs a slice of it,
+ * ~0.1 ms, after on_complete: not from within a check_and_complete or an
+ * expiration of the same purgatory, which run it as they end. */
 TW_API bool tw_op_force_complete(tw_op *op);
 
 /* Submits op (once: an op is submitted at most once). Tries to complete

@@ -26,7 +26,13 @@
  * entry takes it off `stale` again. Past purge_interval, and once they
  * are an eighth of all entries, the thread that notices starts a pass
  * over every list, and the threads that call in after it go on with it,
- * a slice each, paced (maybe_purge). */
+ * a slice each, paced (maybe_purge). The calls that look are those that
+ * complete ops (force_complete, an expiration) and check_and_complete:
+ * the completions themselves, so that the bound holds however the ops
+ * complete. Until the eighty-fourth session force_complete did not look,
+ * and ops completed by it alone stayed listed, with their memory, until
+ * an expiration came (benchmarks/results/history.md, "A completion
+ * starts the purge"). */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -254,8 +260,11 @@ static void cancel_timeout(tw_op *op)
 
 /* Completes op unless its state already has COMPLETED or a bit of
  * `refuse` (an expiration refuses CANCELLED). Returns whether this call
- * completed it and ran on_complete. */
-static bool complete(tw_op *op, uint32_t refuse)
+ * completed it and ran on_complete; *listed_in (if not NULL) is then the
+ * purgatory whose lists still held it, whose count of completed entries
+ * it added to, or NULL if none did (an op held past
+ * tw_purgatory_destroy, whose purgatory is gone, is in none). */
+static bool complete(tw_op *op, uint32_t refuse, tw_purgatory **listed_in)
 {
     op_lock(op);
     uint32_t s = atomic_load(&op->state);
@@ -278,6 +287,9 @@ static bool complete(tw_op *op, uint32_t refuse)
     uint32_t listed = s / TW__OP_LISTED;
     if (listed)
         atomic_fetch_add(&op->p->stale, (int64_t)listed);
+    if (listed_in) /* read now: on_complete may free op (its lists keep it
+                      if listed, but not if it is in none) */
+        *listed_in = listed ? op->p : NULL;
     /* what a compaction goes by (tw__went_completed) */
     atomic_store_explicit(tw__state_word(op->states, op->sidx), 1, memory_order_release);
     cancel_timeout(op);
@@ -286,9 +298,26 @@ static bool complete(tw_op *op, uint32_t refuse)
     return true;
 }
 
+/* The purgatory whose maybe_purge this thread's call under way runs as
+ * it ends (check_and_complete's walk, an expiration): completions inside
+ * it, by try_complete or on_complete, leave the purge to it. */
+static _Thread_local tw_purgatory *purge_after __attribute__((tls_model("initial-exec")));
+
+static void maybe_purge(tw_purgatory *p);
+
+/* A completion adds to the completed entries still listed, so it also
+ * checks whether a purge is due, as expirations and check_and_complete
+ * do: without it, ops completed by force_complete alone (none expiring,
+ * no event walked) stayed listed, with their memory, until the next
+ * expiration, however many there were. */
 bool tw_op_force_complete(tw_op *op)
 {
-    return op && complete(op, 0);
+    tw_purgatory *p;
+    if (!op || !complete(op, 0, &p))
+        return false;
+    if (p && p != purge_after && !atomic_load_explicit(&p->closing, memory_order_relaxed))
+        maybe_purge(p);
+    return true;
 }
 
 /* Under the op's lock: never beside on_complete. */
@@ -414,10 +443,13 @@ static void expire_fn(tw_timer *t, tw_id id, void *arg)
      * (too late for tw_cancel) has handed it over, promising it will not
      * expire: complete() refuses a CANCELLED op, in the same atomic step
      * that would complete it. */
-    bool expired = complete(op, TW__OP_CANCELLED);
+    tw_purgatory *outer = purge_after;
+    purge_after = p; /* the purge below, once */
+    bool expired = complete(op, TW__OP_CANCELLED, NULL);
     if (expired && op->ops->on_expire)
         op->ops->on_expire(op); /* after on_complete, outside the op lock */
     tw_op_release(op);
+    purge_after = outer;
     maybe_purge(p);
 }
 
@@ -506,9 +538,12 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
         return (int)n;
     /* No reference per op: the pinned list's keep them (purgatory.h). */
     long completed = 0; /* a list holds up to 2^31 entries: clamped below */
+    tw_purgatory *outer = purge_after;
+    purge_after = p; /* the purge below, once */
     for (long i = 0; i < n; i++)
         if (!tw__op_completed(ops[i]) && safe_try_complete(ops[i]))
             completed++;
+    purge_after = outer;
     if (ops != buf)
         tw__p_free(p, ops);
     if (n)
@@ -572,6 +607,7 @@ void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *a
         tw__misuse("tw_purgatory_destroy called from a callback of the same purgatory");
     p->unfinished = unfinished;
     p->unfinished_arg = arg;
+    atomic_store(&p->closing, 1);
     if (p->threaded)
         tw_stop(p->timer, unfired_fn, p);
     else

@@ -1267,6 +1267,50 @@ static void test_completed_ops_are_purged(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Ops completed by tw_op_force_complete alone, none expiring and no
+ * check_and_complete called (Kafka's own benchmark completes its ops so;
+ * a server whose requests all finish within their timeouts does too):
+ * the completed entries are still purged, by the completing calls. Until
+ * the eighty-fourth session only expirations and check_and_complete ran
+ * purges, and here every entry stayed listed until an expiration came.
+ * 200 ops stay live at any time, each on its partition's key and on
+ * "topic"; the manual clock never moves, so each call's slice may run
+ * and one slice goes over every list. */
+static void test_force_completions_alone_purge(void **state)
+{
+    (void)state;
+    enum { N = 5000, LIVE = 200 };
+    tw_purgatory *p = mk_manual(100);
+    static struct req r[N];
+    static tw_op *o[N];
+    memset(r, 0, sizeof r);
+    uint64_t most = 0;
+    for (int i = 0; i < N + LIVE; i++) {
+        if (i < N) {
+            o[i] = mk_op(p, &r[i], 1000 * SEC);
+            char key[32];
+            int len = snprintf(key, sizeof key, "partition-%d", i % 50);
+            struct tw_key keys[2] = { { key, (size_t)len }, { "topic", 5 } };
+            assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[i], keys, 2), 0);
+        }
+        if (i >= LIVE) {
+            assert_true(tw_op_force_complete(o[i - LIVE]));
+            tw_op_release(o[i - LIVE]);
+        }
+        uint64_t live = (uint64_t)(i < N ? i + 1 : N) - (uint64_t)(i >= LIVE ? i - LIVE + 1 : 0);
+        uint64_t stale = tw_purgatory_watched(p) - 2 * live;
+        if (stale > most)
+            most = stale;
+    }
+    /* a purge is due past 100 completed entries (an eighth of ~500 is
+     * less), and the completion that takes them past it runs a slice,
+     * which takes them all: never more than 100 after a call */
+    assert_int_equal(most, 100);
+    assert_true(tw_purgatory_watched(p) <= 100);
+    assert_int_equal(tw_purgatory_delayed(p), 0);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* A long list (more than the snapshot's stack room) whose ops are all
  * completed: the key is compacted away and nothing leaks. */
 static void test_long_list_all_completed(void **state)
@@ -1338,7 +1382,9 @@ static struct tw_key *many_keys(int n, char **names)
 }
 
 /* One op watching `nkeys` keys of p, completed: each of its lists now
- * holds one stale entry for a purge to drop. The op is released. */
+ * holds one stale entry for a purge to drop, and the completion, past
+ * purge_interval, ran the first slice of a pass (~16,384 visits: the
+ * caller checks how many went). The op is released. */
 static void one_op_many_keys(tw_purgatory *p, struct req *r, int nkeys)
 {
     char *names;
@@ -1367,7 +1413,8 @@ static void test_purge_goes_in_slices(void **state)
     tw_timer *t = tw_purgatory_timer(p);
     struct req r = { 0 };
     one_op_many_keys(p, &r, N);
-    uint64_t left = N, now = tw_now(t);
+    uint64_t left = tw_purgatory_watched(p), now = tw_now(t);
+    assert_in_range(N - left, LO, HI); /* the completion's slice */
     for (int call = 0; call < 2; call++) { /* no time passes: one slice */
         assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
         uint64_t gone = left - tw_purgatory_watched(p);
@@ -1407,8 +1454,8 @@ static void test_purge_visits_every_list(void **state)
     tw_op *l = mk_op(p, &live, 3600 * SEC), *d = mk_op(p, &done, 3600 * SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, l, keys, N), 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, d, keys, N), 0);
-    assert_true(tw_op_force_complete(d));
-    assert_int_equal(tw_purgatory_watched(p), 2 * N);
+    assert_true(tw_op_force_complete(d)); /* 2,000 completed entries: one slice */
+    assert_int_equal(tw_purgatory_watched(p), N);
     assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
     assert_int_equal(tw_purgatory_watched(p), N);
     assert_int_equal(tw_purgatory_purge(p), 0); /* nothing was left */
@@ -1472,11 +1519,12 @@ static void test_purge_keeps_its_pace(void **state)
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
     struct req r = { 0 };
-    one_op_many_keys(p, &r, N);
+    one_op_many_keys(p, &r, N); /* its slice on the idle clock: none took */
+    uint64_t left = tw_purgatory_watched(p);
+    assert_in_range(N - left, LO, HI);
     atomic_store(&c.on, 1);
     static const int slices[] = { 1, 0, 0, 0, 0, 0, 1, 3, 1 };
     static const int reads[] = { 2, 3, 3, 4, 4, 4, 6, 8, 10 }; /* clock reads after */
-    uint64_t left = N;
     for (int call = 0; call < 9; call++) {
         assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
         uint64_t gone = left - tw_purgatory_watched(p);
@@ -1566,15 +1614,14 @@ static void test_past_16_bits(void **state)
     tw_op *op = mk_op(p, &r[0], SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, N), 0);
     assert_int_equal(tw_purgatory_watched(p), N);
+    /* the completion purges a slice (~16,384 visits: each of the table's
+     * 131,072 buckets, and each list and entry), and the checks after it
+     * go on with the pass, though the stale count is back under the
+     * interval after the first */
     assert_true(tw_op_force_complete(op));
-    assert_int_equal(tw_purgatory_watched(p), N);
-    /* a check purges a slice (~16,384 visits: each of the table's 131,072
-     * buckets, and each list and entry), and the checks after it go on with the pass, though
-     * the stale count is back under the interval after the first */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
     uint64_t left = tw_purgatory_watched(p);
     assert_true(left > 0 && left < N - 4000 && left > N - 8000);
-    int checks = 1;
+    int checks = 1; /* slices, the completion's first */
     while (tw_purgatory_watched(p) && checks < 100) {
         assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
         checks++;
@@ -2923,6 +2970,7 @@ int main(void)
         cmocka_unit_test(test_completed_ops_are_purged),
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_past_16_bits),
+        cmocka_unit_test(test_force_completions_alone_purge),
         cmocka_unit_test(test_purge_goes_in_slices),
         cmocka_unit_test(test_purge_visits_every_list),
         cmocka_unit_test(test_purge_keeps_its_pace),
