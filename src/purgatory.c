@@ -315,7 +315,7 @@ bool tw_op_force_complete(tw_op *op)
     tw_purgatory *p;
     if (!op || !complete(op, 0, &p))
         return false;
-    if (p && p != purge_after && !atomic_load_explicit(&p->closing, memory_order_relaxed))
+    if (p && p != purge_after)
         maybe_purge(p);
     return true;
 }
@@ -607,7 +607,6 @@ void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, void *a
         tw__misuse("tw_purgatory_destroy called from a callback of the same purgatory");
     p->unfinished = unfinished;
     p->unfinished_arg = arg;
-    atomic_store(&p->closing, 1);
     if (p->threaded)
         tw_stop(p->timer, unfired_fn, p);
     else

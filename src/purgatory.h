@@ -188,9 +188,6 @@ struct tw_purgatory {
     uint32_t purge_slice;
     void (*unfinished)(tw_op *op, void *arg); /* during destroy */
     void *unfinished_arg;
-    /* Set as tw_purgatory_destroy begins: a force_complete from
-     * `unfinished` starts no purge of lists about to be freed. */
-    _Atomic int closing;
 };
 
 void *tw__p_alloc(tw_purgatory *p, size_t size);

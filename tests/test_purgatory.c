@@ -1311,6 +1311,90 @@ static void test_force_completions_alone_purge(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Completions inside a call that looks whether a purge is due as it
+ * ends (check_and_complete's walk; an expiration, whose on_complete here
+ * completes others) leave the look to it: no slice runs in the middle,
+ * with the walk's list pinned, and one runs at the end. 50 ops, each on
+ * "k" and "other", completed one by one: past the 10th completed entry
+ * (and an eighth of 100) a purge is due, and each completion records what
+ * is still listed right after it. */
+enum { IN_CALL = 50 };
+static tw_purgatory *in_call_p;
+static tw_op *in_call_ops[IN_CALL];
+static uint64_t in_call_least;
+static int in_call_ready; /* the tries complete (once submitted) */
+
+static void in_call_seen(void)
+{
+    uint64_t w = tw_purgatory_watched(in_call_p);
+    if (w < in_call_least)
+        in_call_least = w;
+}
+
+static bool in_call_try(tw_op *op)
+{
+    if (!in_call_ready)
+        return false;
+    bool done = tw_op_force_complete(op);
+    in_call_seen();
+    return done;
+}
+
+static void in_call_complete_all(tw_op *op) /* the expiring op's on_complete */
+{
+    (void)op;
+    for (int i = 0; i < IN_CALL; i++) {
+        assert_true(tw_op_force_complete(in_call_ops[i]));
+        in_call_seen();
+    }
+}
+
+static void test_completions_in_a_walk_leave_the_purge_to_it(void **state)
+{
+    (void)state;
+    static const struct tw_op_ops try_ops = { in_call_try, nothing_op, NULL };
+    static const struct tw_op_ops expire_ops = { never_try, in_call_complete_all, NULL };
+    static const struct tw_op_ops idle_ops = { never_try, nothing_op, NULL };
+    struct tw_key keys[2] = { KEY("k"), KEY("other") };
+    for (int how = 0; how < 2; how++) { /* a walk; an expiration */
+        tw_purgatory *p = in_call_p = mk_manual(10);
+        in_call_least = UINT64_MAX;
+        in_call_ready = 0;
+        for (int i = 0; i < IN_CALL; i++) {
+            assert_int_equal(tw_op_create(p, how ? &idle_ops : &try_ops, NULL, 3600 * SEC,
+                                          &in_call_ops[i]),
+                             0);
+            assert_int_equal(tw_purgatory_try_complete_else_watch(p, in_call_ops[i], keys, 2), 0);
+        }
+        assert_int_equal(tw_purgatory_watched(p), 2 * IN_CALL);
+        if (how) { /* an op expiring completes them all in its on_complete */
+            tw_op *t;
+            assert_int_equal(tw_op_create(p, &expire_ops, NULL, MS, &t), 0);
+            assert_int_equal(tw_purgatory_try_complete_else_watch(p, t, NULL, 0), 0);
+            tw_op_release(t);
+            assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * MS), 1);
+        } else { /* an event on "k" completes them all in its walk */
+            in_call_ready = 1;
+            assert_int_equal(tw_purgatory_check_and_complete(p, "k", 1), IN_CALL);
+        }
+        assert_int_equal(in_call_least, 2 * IN_CALL); /* nothing purged meanwhile */
+        assert_int_equal(tw_purgatory_watched(p), 0); /* the purge as it ended */
+        for (int i = 0; i < IN_CALL; i++)
+            tw_op_release(in_call_ops[i]);
+        /* and after it, this thread's completions look again: the 11th
+         * completed entry purges */
+        for (int i = 0; i < 11; i++) {
+            tw_op *o;
+            assert_int_equal(tw_op_create(p, &idle_ops, NULL, 3600 * SEC, &o), 0);
+            assert_int_equal(tw_purgatory_try_complete_else_watch(p, o, &keys[1], 1), 0);
+            assert_true(tw_op_force_complete(o));
+            tw_op_release(o);
+            assert_int_equal(tw_purgatory_watched(p), i < 10 ? (uint64_t)i + 1 : 0);
+        }
+        tw_purgatory_destroy(p, NULL, NULL);
+    }
+}
+
 /* A long list (more than the snapshot's stack room) whose ops are all
  * completed: the key is compacted away and nothing leaks. */
 static void test_long_list_all_completed(void **state)
@@ -2971,6 +3055,7 @@ int main(void)
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_past_16_bits),
         cmocka_unit_test(test_force_completions_alone_purge),
+        cmocka_unit_test(test_completions_in_a_walk_leave_the_purge_to_it),
         cmocka_unit_test(test_purge_goes_in_slices),
         cmocka_unit_test(test_purge_visits_every_list),
         cmocka_unit_test(test_purge_keeps_its_pace),
