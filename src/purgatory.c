@@ -287,8 +287,8 @@ static bool complete(tw_op *op, uint32_t refuse, tw_purgatory **listed_in)
     uint32_t listed = s / TW__OP_LISTED;
     if (listed)
         atomic_fetch_add(&op->p->stale, (int64_t)listed);
-    if (listed_in) /* read now: on_complete may free op (its lists keep it
-                      if listed, but not if it is in none) */
+    if (listed_in) /* none for an op in no list: held past
+                      tw_purgatory_destroy, its purgatory is gone */
         *listed_in = listed ? op->p : NULL;
     /* what a compaction goes by (tw__went_completed) */
     atomic_store_explicit(tw__state_word(op->states, op->sidx), 1, memory_order_release);
