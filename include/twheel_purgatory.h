@@ -41,8 +41,9 @@
  * any op expires or any key is checked), in slices of ~16,384
  * visits (~0.1 ms; a long list is left in the middle and gone on with),
  * each slice at least as long after the last as the last took: a thread
- * spends at most half its time purging while expirations wait, and they
- * wait for one slice, not for a visit of every entry. Besides the op and
+ * spends at most half its time purging while its other work (its
+ * expirations or completions) waits, and that waits for one slice, not
+ * for a visit of every entry. Besides the op and
  * its entry in each watch list (88 and 16 bytes on 64-bit targets), each
  * live op has a 4-byte word in a table of the purgatory's that says
  * whether it is completed, so that a purge reads that and not the op;
