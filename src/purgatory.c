@@ -298,15 +298,10 @@ static bool complete(tw_op *op, uint32_t refuse, tw_purgatory **listed_in)
     return true;
 }
 
-/* The purgatory whose maybe_purge this thread's call under way runs as
- * it ends (check_and_complete's walk, an expiration): completions inside
- * it, by try_complete or on_complete, leave the purge to it. */
-static _Thread_local tw_purgatory *purge_after __attribute__((tls_model("initial-exec")));
-
-static void maybe_purge(tw_purgatory *p);
+static void request_purge(tw_purgatory *p);
 
 /* A completion adds to the completed entries still listed, so it also
- * checks whether a purge is due, as expirations and check_and_complete
+ * looks whether a purge is due, as expirations and check_and_complete
  * do: without it, ops completed by force_complete alone (none expiring,
  * no event walked) stayed listed, with their memory, until the next
  * expiration, however many there were. */
@@ -315,8 +310,8 @@ bool tw_op_force_complete(tw_op *op)
     tw_purgatory *p;
     if (!op || !complete(op, 0, &p))
         return false;
-    if (p && p != purge_after)
-        maybe_purge(p);
+    if (p)
+        request_purge(p);
     return true;
 }
 
@@ -356,76 +351,81 @@ static bool purge_due(tw_purgatory *p)
     return (uint64_t)stale >= (atomic_load(&p->watched) + TW__PURGE_SHARE - 1) / TW__PURGE_SHARE;
 }
 
-/* The pace: the next slice is not due before purge_next (maybe_purge). */
-static bool too_soon(tw_purgatory *p, uint64_t now)
-{
-    uint64_t next = atomic_load_explicit(&p->purge_next, memory_order_relaxed);
-    uint64_t took = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
-    return now < next && next - now <= took; /* not if the clock went back */
-}
-
-/* Calls during a pass that skip even the clock read, on this thread:
- * after a call found it too soon, the next 1, then 2, 4, ... up to 16
- * calls do not look (a slice may then come up to that many calls later
- * than its pace), and a slice that runs here starts over. Under Kafka's
- * own benchmark the clock reads of the calls that came too soon, one an
- * expiration, were 1.5% of all samples. Per thread, so that counting
- * is no write to shared memory; shared by a thread's purgatories. */
-static _Thread_local uint8_t purge_skip __attribute__((tls_model("initial-exec")));
-static _Thread_local uint8_t purge_backoff __attribute__((tls_model("initial-exec")));
-
-/* Goes on with the pass under way, or starts one when a purge is due.
- * A pass goes in slices, each after at least as long as the last took
- * (on the timer's clock): the thread doing it, the one running the
- * expirations or one completing ops, spends at most half its time on the
- * purge while other work waits, and what waits behind it waits for one slice, not for a
- * visit of every entry (with Kafka's own benchmark at 800,000 requests/s
- * those were 4 to 5 ms). A call later than that has a larger slice, in
- * proportion, so that a pass keeps up however seldom it is called. A
- * pass, once started, is finished by the calls that follow, due or not,
- * so the completed entries it drops can be those of more than an eighth
- * of them: as many more as complete while it runs (under Kafka's own
- * benchmark, 11.7% to 13.4% of all listed at their peak, and up to 21%
- * where completions came in bursts). */
-static void maybe_purge(tw_purgatory *p)
+/* One slice of the pass under way, or of a new one when a purge is due,
+ * by the holder of `purging`. A slice is timed on the timer's clock (read
+ * even in manual mode, whose tw_now stands still through a callback), and
+ * one that runs later than the last one's length past its end has a
+ * budget as many times larger as it is late: the reaper runs at most once
+ * a tick, and a pass must keep up however seldom it runs. Returns whether
+ * a pass is still under way. */
+static bool purge_step(tw_purgatory *p)
 {
     bool passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
     if (!passing && !purge_due(p))
-        return;
-    if (passing && purge_skip) {
-        purge_skip--;
-        return;
+        return false;
+    uint64_t now = tw__clock_now(p->timer);
+    uint64_t budget = p->purge_slice;
+    uint64_t next = atomic_load_explicit(&p->purge_next, memory_order_relaxed);
+    uint64_t took = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
+    if (passing && now > next) {
+        uint64_t late = (now - next) / (took ? took : 1);
+        budget = late >= UINT32_MAX / p->purge_slice ? UINT32_MAX
+                                                     : (late + 1) * p->purge_slice;
     }
-    uint64_t now = tw_now(p->timer);
-    /* Most calls during a pass come too soon: they learn it before the
-     * exchange, a locked instruction on a line the other threads write. */
-    if (passing && too_soon(p, now)) {
-        purge_backoff = purge_backoff ? (purge_backoff < 16 ? purge_backoff * 2 : 16) : 1;
-        purge_skip = purge_backoff;
-        return;
+    size_t gone;
+    bool over = tw__purge_slice(p, (uint32_t)budget, &gone);
+    uint64_t then = tw__clock_now(p->timer);
+    took = then > now ? then - now : 0;
+    atomic_store_explicit(&p->purge_took, took, memory_order_relaxed);
+    atomic_store_explicit(&p->purge_next, then + took, memory_order_relaxed);
+    atomic_store_explicit(&p->passing, !over, memory_order_relaxed);
+    return !over;
+}
+
+/* The reaper: a task on the purgatory's own timer that runs the purge a
+ * slice at a time, as Kafka's expiration reaper does, so that the threads
+ * completing ops only look whether a purge is due and hand it over. After
+ * each slice it comes back as long after as the slice took: the timer's
+ * thread spends at most about half its time on the purge while
+ * expirations wait, and they wait for one slice, not a pass. */
+static void reap_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)id;
+    tw_purgatory *p = arg;
+    bool more = true; /* someone else holds `purging`: come back */
+    if (!atomic_exchange(&p->purging, 1)) {
+        more = purge_step(p);
+        atomic_store(&p->purging, 0);
     }
-    if (atomic_exchange(&p->purging, 1))
-        return; /* someone else is at it */
-    passing = atomic_load_explicit(&p->passing, memory_order_relaxed);
-    if (passing ? !too_soon(p, now) : purge_due(p)) {
-        uint64_t budget = p->purge_slice;
-        uint64_t next = atomic_load_explicit(&p->purge_next, memory_order_relaxed);
+    if (more) {
         uint64_t took = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
-        if (passing && now > next) {
-            uint64_t late = (now - next) / (took ? took : 1);
-            budget = late >= UINT32_MAX / p->purge_slice ? UINT32_MAX
-                                                         : (late + 1) * p->purge_slice;
-        }
-        size_t gone;
-        bool over = tw__purge_slice(p, (uint32_t)budget, &gone);
-        uint64_t then = tw_now(p->timer);
-        took = then > now ? then - now : 0;
-        atomic_store_explicit(&p->purge_took, took, memory_order_relaxed);
-        atomic_store_explicit(&p->purge_next, then + took, memory_order_relaxed);
-        atomic_store_explicit(&p->passing, !over, memory_order_relaxed);
-        purge_backoff = purge_skip = 0;
+        if (tw_schedule(t, took, reap_fn, p, NULL) == 0)
+            return;
+        /* stopping (destroy), or no memory: the next completion's look
+         * asks again */
     }
-    atomic_store(&p->purging, 0);
+    atomic_store(&p->reaping, 0);
+    /* a completion that looked while `reaping` was set left it to us */
+    if (purge_due(p))
+        request_purge(p);
+}
+
+/* Hands a due purge to the reaper, unless it has it already. Most calls
+ * stop at the first load. Where the reaper cannot be scheduled (the
+ * purgatory is being destroyed, or no memory), the caller runs a slice
+ * itself, so that the bound on completed entries does not rest on the
+ * timer. */
+static void request_purge(tw_purgatory *p)
+{
+    if (atomic_load(&p->reaping) || !purge_due(p) || atomic_exchange(&p->reaping, 1))
+        return;
+    if (tw_schedule(p->timer, 0, reap_fn, p, NULL) == 0)
+        return;
+    atomic_store(&p->reaping, 0);
+    if (!atomic_exchange(&p->purging, 1)) {
+        purge_step(p);
+        atomic_store(&p->purging, 0);
+    }
 }
 
 size_t tw_purgatory_purge(tw_purgatory *p)
@@ -445,14 +445,13 @@ static void expire_fn(tw_timer *t, tw_id id, void *arg)
      * (too late for tw_cancel) has handed it over, promising it will not
      * expire: complete() refuses a CANCELLED op, in the same atomic step
      * that would complete it. */
-    tw_purgatory *outer = purge_after;
-    purge_after = p; /* the purge below, once */
-    bool expired = complete(op, TW__OP_CANCELLED, NULL);
+    tw_purgatory *listed;
+    bool expired = complete(op, TW__OP_CANCELLED, &listed);
     if (expired && op->ops->on_expire)
         op->ops->on_expire(op); /* after on_complete, outside the op lock */
     tw_op_release(op);
-    purge_after = outer;
-    maybe_purge(p);
+    if (expired && listed)
+        request_purge(p);
 }
 
 int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
@@ -540,17 +539,15 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
         return (int)n;
     /* No reference per op: the pinned list's keep them (purgatory.h). */
     long completed = 0; /* a list holds up to 2^31 entries: clamped below */
-    tw_purgatory *outer = purge_after;
-    purge_after = p; /* the purge below, once */
     for (long i = 0; i < n; i++)
         if (!tw__op_completed(ops[i]) && safe_try_complete(ops[i]))
             completed++;
-    purge_after = outer;
     if (ops != buf)
         tw__p_free(p, ops);
     if (n)
         tw__unpin(p, &pin);
-    maybe_purge(p);
+    if (completed)
+        request_purge(p);
     return completed > INT_MAX ? INT_MAX : (int)completed;
 }
 
@@ -590,8 +587,12 @@ size_t tw_purgatory_cancel_key(tw_purgatory *p, const void *key, size_t keylen,
 static void unfired_fn(tw_timer *t, tw_id id, void *arg)
 {
     (void)id;
-    tw_op *op = arg;
     tw_purgatory *p = tw_drain_arg(t);
+    if (arg == p) { /* the reaper's task: no op */
+        atomic_store(&p->reaping, 0);
+        return;
+    }
+    tw_op *op = arg;
     atomic_fetch_sub(&p->delayed, 1);
     atomic_store(&op->timer_id, 0);
     /* one cancel_key handed over already (its timeout was taken by the

@@ -170,6 +170,8 @@ struct tw_purgatory {
      * completion has yet to add its lists: maybe_purge) */
     _Atomic int64_t stale;
     _Atomic int purging;
+    /* the reaper's task is scheduled or running (purgatory.c, reap_fn) */
+    _Atomic int reaping;
     /* A purge under way (maybe_purge) goes on a slice a call. pcur is its
      * place, read and written only by the holder of `purging`: the next
      * shard, bucket of the shard's table, and list of the bucket's chain

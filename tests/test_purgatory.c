@@ -126,6 +126,16 @@ static tw_op *mk_op(tw_purgatory *p, struct req *r, uint64_t timeout)
 
 #define KEY(s) ((struct tw_key){ (s), sizeof(s) - 1 })
 
+/* Runs what a manual purgatory's reaper has due: its purge runs as a task
+ * on the purgatory's timer, which a manual timer runs in tw_advance. An
+ * advance to the time it is already moves no timeout. Returns the tasks
+ * run: 1 when the reaper ran, 0 when no purge was asked for. */
+static int reap(tw_purgatory *p)
+{
+    tw_timer *t = tw_purgatory_timer(p);
+    return tw_advance(t, tw_now(t));
+}
+
 static void test_request_satisfaction(void **state)
 {
     (void)state;
@@ -508,10 +518,11 @@ static void test_purge_threshold(void **state)
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, z, keys + 4, 1), 0);
     assert_int_equal(tw_purgatory_watched(p), 5);
     assert_true(tw_op_force_complete(y)); /* 4 completed entries listed */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(reap(p), 0);                /* no purge asked for */
     assert_int_equal(tw_purgatory_watched(p), 5); /* not more than 4: kept */
-    assert_true(tw_op_force_complete(z)); /* 5 */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_true(tw_op_force_complete(z)); /* 5: the reaper's task is queued */
+    assert_int_equal(tw_purgatory_watched(p), 5); /* by the reaper, not here */
+    assert_int_equal(reap(p), 1);
     assert_int_equal(tw_purgatory_watched(p), 0); /* purged */
     tw_op_release(y);
     tw_op_release(z);
@@ -527,7 +538,7 @@ static void test_purge_threshold(void **state)
     assert_int_equal(tw_purgatory_watched(p), 0); /* compacted, not purged */
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, v, keys, 4), 0);
     assert_true(tw_op_force_complete(v)); /* 4 completed entries listed */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(reap(p), 0);
     assert_int_equal(tw_purgatory_watched(p), 4); /* not more than 4: kept */
     tw_op_release(u);
     tw_op_release(v);
@@ -540,13 +551,13 @@ static void test_purge_threshold(void **state)
     assert_int_equal(tw_purgatory_cancel_key(p, "k5", 2, NULL, NULL), 1);
     assert_int_equal(tw_purgatory_watched(p), 4);
     assert_true(tw_op_force_complete(w)); /* 4 completed entries listed */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(reap(p), 0);
     assert_int_equal(tw_purgatory_watched(p), 4); /* not more than 4: kept */
     /* exactly 4, not fewer: one more completed entry passes the threshold */
     tw_op *x = mk_op(p, &r[1], 100000 * MS);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, x, keys + 4, 1), 0);
     assert_true(tw_op_force_complete(x)); /* 5 */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(reap(p), 1);
     assert_int_equal(tw_purgatory_watched(p), 0); /* purged */
     tw_op_release(w);
     tw_op_release(x);
@@ -576,8 +587,8 @@ static void test_purge_waits_for_an_eighth(void **state)
         o[i] = mk_op(p, &r[i], 100000 * MS);
         assert_int_equal(tw_purgatory_try_complete_else_watch(p, o[i], &done, 1), 0);
         assert_true(tw_op_force_complete(o[i])); /* its "done" entry is completed */
-        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
         int stale = i - LIVE + 1;
+        assert_int_equal(reap(p), stale < STALE ? 0 : 1); /* the reaper asked for */
         if (stale < STALE) /* 8 * stale < LIVE + stale: kept */
             assert_int_equal(tw_purgatory_watched(p), (uint64_t)(LIVE + stale));
         else
@@ -604,7 +615,7 @@ static void test_purge_interval_past_int64_max(void **state)
         tw_op *y = mk_op(p, &r, 100000 * MS);
         assert_int_equal(tw_purgatory_try_complete_else_watch(p, y, keys, 4), 0);
         assert_true(tw_op_force_complete(y)); /* 4 completed entries listed */
-        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        assert_int_equal(reap(p), 0);
         assert_int_equal(tw_purgatory_watched(p), 4); /* kept */
         assert_int_equal(tw_purgatory_purge(p), 4);
         tw_op_release(y);
@@ -614,8 +625,8 @@ static void test_purge_interval_past_int64_max(void **state)
 
 /* Expirations count towards the purge too: a purgatory whose ops only
  * ever time out (no event checks their keys) still purges their entries
- * once more than purge_interval are listed, at the expiration that passes
- * it. */
+ * once more than purge_interval are listed: the expiration that passes it
+ * queues the reaper, which runs at the timer's next advance. */
 static void test_expirations_purge(void **state)
 {
     (void)state;
@@ -633,7 +644,9 @@ static void test_expirations_purge(void **state)
     assert_int_equal(tw_advance(t, 4 * MS), 4);
     assert_int_equal(tw_purgatory_watched(p), 5); /* 4 expired entries: kept */
     assert_int_equal(tw_advance(t, 5 * MS), 1);
-    assert_int_equal(tw_purgatory_watched(p), 0); /* the fifth: purged */
+    assert_int_equal(tw_purgatory_watched(p), 5); /* the fifth asked the reaper */
+    assert_int_equal(reap(p), 1);
+    assert_int_equal(tw_purgatory_watched(p), 0); /* purged */
     for (int i = 0; i < 5; i++) {
         assert_int_equal(r[i].expired, 1);
         tw_op_release(o[i]);
@@ -1301,6 +1314,7 @@ static void test_completed_ops_are_purged(void **state)
         free(r);
         if (tw_purgatory_watched(p) > peak)
             peak = tw_purgatory_watched(p);
+        reap(p); /* the event loop's advance */
     }
     assert_true(peak <= 100 + 50 + 2); /* purge_interval + in flight */
     assert_int_equal(tw_purgatory_delayed(p), 0);
@@ -1312,11 +1326,12 @@ static void test_completed_ops_are_purged(void **state)
 /* Ops completed by tw_op_force_complete alone, none expiring and no
  * check_and_complete called (Kafka's own benchmark completes its ops so;
  * a server whose requests all finish within their timeouts does too):
- * the completed entries are still purged, by the completing calls. Until
- * the eighty-fourth session only expirations and check_and_complete ran
- * purges, and here every entry stayed listed until an expiration came.
- * 200 ops stay live at any time, each on its partition's key and on
- * "topic"; the manual clock never moves, so each call's slice may run
+ * the completed entries are still purged, by the reaper the completions
+ * ask for. Until the eighty-fourth session only expirations and
+ * check_and_complete asked, and here every entry stayed listed until an
+ * expiration came. 200 ops stay live at any time, each on its
+ * partition's key and on "topic"; each step ends with an advance of the
+ * manual timer (the clock never moves), where the reaper runs if asked
  * and one slice goes over every list. */
 static void test_force_completions_alone_purge(void **state)
 {
@@ -1341,25 +1356,27 @@ static void test_force_completions_alone_purge(void **state)
         }
         uint64_t live = (uint64_t)(i < N ? i + 1 : N) - (uint64_t)(i >= LIVE ? i - LIVE + 1 : 0);
         uint64_t stale = tw_purgatory_watched(p) - 2 * live;
+        /* a purge is due past 100 completed entries (an eighth of ~500
+         * is less): the completion that takes them past it asks for the
+         * reaper, and that alone; the reaper's slice takes them all */
+        assert_int_equal(reap(p), stale > 100);
+        assert_int_equal(tw_purgatory_watched(p), 2 * live + (stale > 100 ? 0 : stale));
         if (stale > most)
             most = stale;
     }
-    /* a purge is due past 100 completed entries (an eighth of ~500 is
-     * less), and the completion that takes them past it runs a slice,
-     * which takes them all: never more than 100 after a call */
-    assert_int_equal(most, 100);
+    assert_int_equal(most, 102); /* two entries an op: the 51st completion */
     assert_true(tw_purgatory_watched(p) <= 100);
     assert_int_equal(tw_purgatory_delayed(p), 0);
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
-/* Completions inside a call that looks whether a purge is due as it
- * ends (check_and_complete's walk; an expiration, whose on_complete here
- * completes others) leave the look to it: no slice runs in the middle,
- * with the walk's list pinned, and one runs at the end. 50 ops, each on
- * "k" and "other", completed one by one: past the 10th completed entry
- * (and an eighth of 100) a purge is due, and each completion records what
- * is still listed right after it. */
+/* Completions purge nothing themselves, wherever they run: inside
+ * check_and_complete's walk (with the walk's list pinned), inside an
+ * expiration (whose on_complete here completes others), or alone. They
+ * queue the reaper once, and it runs at the timer's next advance. 50 ops,
+ * each on "k" and "other", completed one by one: past the 10th completed
+ * entry (and an eighth of 100) a purge is due, and each completion
+ * records what is still listed right after it. */
 enum { IN_CALL = 50 };
 static tw_purgatory *in_call_p;
 static tw_op *in_call_ops[IN_CALL];
@@ -1391,7 +1408,7 @@ static void in_call_complete_all(tw_op *op) /* the expiring op's on_complete */
     }
 }
 
-static void test_completions_in_a_walk_leave_the_purge_to_it(void **state)
+static void test_completions_leave_the_purge_to_the_reaper(void **state)
 {
     (void)state;
     static const struct tw_op_ops try_ops = { in_call_try, nothing_op, NULL };
@@ -1414,23 +1431,28 @@ static void test_completions_in_a_walk_leave_the_purge_to_it(void **state)
             assert_int_equal(tw_op_create(p, &expire_ops, NULL, MS, &t), 0);
             assert_int_equal(tw_purgatory_try_complete_else_watch(p, t, NULL, 0), 0);
             tw_op_release(t);
-            assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * MS), 1);
+            assert_int_equal(tw_advance(tw_purgatory_timer(p), 2 * MS), 1); /* it alone */
         } else { /* an event on "k" completes them all in its walk */
             in_call_ready = 1;
             assert_int_equal(tw_purgatory_check_and_complete(p, "k", 1), IN_CALL);
         }
         assert_int_equal(in_call_least, 2 * IN_CALL); /* nothing purged meanwhile */
-        assert_int_equal(tw_purgatory_watched(p), 0); /* the purge as it ended */
+        /* nor as it ended (the walk compacts the list it walked: "k") */
+        assert_int_equal(tw_purgatory_watched(p), (how ? 2u : 1u) * IN_CALL);
+        assert_int_equal(tw_pending(tw_purgatory_timer(p)), 1); /* the reaper, once */
+        assert_int_equal(reap(p), 1);
+        assert_int_equal(tw_purgatory_watched(p), 0); /* its one slice */
+        assert_int_equal(tw_pending(tw_purgatory_timer(p)), 0); /* the pass is over */
         for (int i = 0; i < IN_CALL; i++)
             tw_op_release(in_call_ops[i]);
-        /* and after it, this thread's completions look again: the 11th
-         * completed entry purges */
+        /* and after it, completions ask again: the 11th completed entry */
         for (int i = 0; i < 11; i++) {
             tw_op *o;
             assert_int_equal(tw_op_create(p, &idle_ops, NULL, 3600 * SEC, &o), 0);
             assert_int_equal(tw_purgatory_try_complete_else_watch(p, o, &keys[1], 1), 0);
             assert_true(tw_op_force_complete(o));
             tw_op_release(o);
+            assert_int_equal(reap(p), i < 10 ? 0 : 1);
             assert_int_equal(tw_purgatory_watched(p), i < 10 ? (uint64_t)i + 1 : 0);
         }
         tw_purgatory_destroy(p, NULL, NULL);
@@ -1509,8 +1531,9 @@ static struct tw_key *many_keys(int n, char **names)
 
 /* One op watching `nkeys` keys of p, completed: each of its lists now
  * holds one stale entry for a purge to drop, and the completion, past
- * purge_interval, ran the first slice of a pass (~16,384 visits: the
- * caller checks how many went). The op is released. */
+ * purge_interval, queued the reaper, which has run the first slice of a
+ * pass (~16,384 visits: the caller checks how many went). The op is
+ * released. */
 static void one_op_many_keys(tw_purgatory *p, struct req *r, int nkeys)
 {
     char *names;
@@ -1519,6 +1542,8 @@ static void one_op_many_keys(tw_purgatory *p, struct req *r, int nkeys)
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, (size_t)nkeys), 0);
     assert_int_equal(tw_purgatory_watched(p), (uint64_t)nkeys);
     assert_true(tw_op_force_complete(op));
+    assert_int_equal(tw_purgatory_watched(p), (uint64_t)nkeys); /* the reaper's */
+    assert_int_equal(reap(p), 1);
     tw_op_release(op);
     free(keys);
     free(names);
@@ -1526,10 +1551,11 @@ static void one_op_many_keys(tw_purgatory *p, struct req *r, int nkeys)
 
 /* A purge goes in slices of ~16,384 visits (a list, its entry, and the
  * table's buckets: 40,000 keys in 65,536 buckets make ~3.6 visits
- * a list), one a call, and a call later than the pace has a slice as
- * many times larger as it is late: on a manual timer a slice takes no
- * time on the clock, so the pace is the last slice's end, and each
- * nanosecond past it is one slice more. */
+ * a list), one each time the reaper runs (on a manual timer, each
+ * advance), and a run later than the pace has a slice as many times
+ * larger as it is late: on a clock that stands still a slice takes no
+ * time, so the pace is the last slice's end, and each nanosecond the
+ * clock moves past it is one slice more. */
 static void test_purge_goes_in_slices(void **state)
 {
     (void)state;
@@ -1540,20 +1566,23 @@ static void test_purge_goes_in_slices(void **state)
     struct req r = { 0 };
     one_op_many_keys(p, &r, N);
     uint64_t left = tw_purgatory_watched(p), now = tw_now(t);
-    assert_in_range(N - left, LO, HI); /* the completion's slice */
+    assert_in_range(N - left, LO, HI); /* the reaper's first slice */
     for (int call = 0; call < 2; call++) { /* no time passes: one slice */
         assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        assert_int_equal(tw_purgatory_watched(p), left); /* not the caller's */
+        assert_int_equal(reap(p), 1);
         uint64_t gone = left - tw_purgatory_watched(p);
         assert_in_range(gone, LO, HI);
         left -= gone;
     }
-    assert_int_equal(tw_advance(t, now + 2), 0); /* 2 ns late: three slices */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    pclock.now += 2; /* 2 ns late: three slices */
+    assert_int_equal(reap(p), 1);
     uint64_t gone = left - tw_purgatory_watched(p);
     assert_in_range(gone, 3 * LO, 3 * HI);
-    assert_int_equal(tw_advance(t, now + 1000), 0); /* the rest */
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    pclock.now += 1000; /* the rest */
+    assert_int_equal(tw_advance(t, now + MS), 1); /* an advance a tick on, too */
     assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_int_equal(reap(p), 0); /* the pass over, the reaper gone */
     assert_int_equal(atomic_load(&r.completed), 1);
     /* the slices took the emptied lists off the shard's count too: no
      * key is placed, so the hash key may change */
@@ -1581,8 +1610,9 @@ static void test_purge_visits_every_list(void **state)
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, l, keys, N), 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, d, keys, N), 0);
     assert_true(tw_op_force_complete(d)); /* 2,000 completed entries: one slice */
+    assert_int_equal(reap(p), 1);
     assert_int_equal(tw_purgatory_watched(p), N);
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+    assert_int_equal(reap(p), 0); /* the pass over in that slice */
     assert_int_equal(tw_purgatory_watched(p), N);
     assert_int_equal(tw_purgatory_purge(p), 0); /* nothing was left */
     tw_op_release(l);
@@ -1614,55 +1644,97 @@ static uint64_t scripted_read(void *ctx)
     return c->vals[i];
 }
 
-/* The pace on a clock that moves: a slice that took 100 ns is followed by
- * none for the next 100 ns (a call then does nothing, and the thread's
- * next 1, 2, 4 ... calls do not even read the clock), a call 200 ns past
- * the pace has three slices' worth, and a clock gone back further than a
- * slice's length is not waited for. Each call that looks reads the
- * clock before its slice and after it: the script gives both. */
+/* The pace, on a clock that moves. The reaper times its slices on the
+ * timer's clock (a manual timer's too, whose tw_now stands still through
+ * a callback) and comes back as long after a slice as the slice took, on
+ * the timer (so at the next tick at the earliest: a manual timer's
+ * advance); a run later than that past the last slice's end has as many
+ * slices' worth as it is late; and a clock gone back runs one. Each run
+ * reads the clock before its slice and after it (the script gives both),
+ * and nothing else here reads it. */
 static void test_purge_keeps_its_pace(void **state)
 {
     (void)state;
     enum { N = 40000, LO = 16384 / 4, HI = 16384 / 3 };
     static const uint64_t vals[] = {
-        1000, 1100, /* a slice that took 100: the next at 1200 */
-        1100,       /* as it ended: nothing, and the next call skips */
-                    /* (that call: no clock read) */
-        1150,       /* too soon: nothing, and the next two skip */
-                    /* (two calls) */
-        1200, 1300, /* on time: one slice; the next at 1400 */
-        1600, 1700, /* 200 late: three slices; the next at 1800 */
-        500, 600,   /* the clock went back past the pace: one slice */
-        5000000, 5000001, /* the rest */
+        1000 * SEC, 1000 * SEC + 100,           /* took 100: due at the next tick */
+        1000 * SEC + 400, 1000 * SEC + 500,     /* 200 past the pace: three slices */
+        1000 * SEC + 600, 1000 * SEC + 2500600, /* on time, took 2.5 ms: 3 ticks on */
+        1000 * SEC + 500, 1000 * SEC + 600,     /* the clock went back: one slice */
+        5000 * SEC, 5000 * SEC + 1,             /* the rest */
     };
     struct scripted_clock c = { .vals = vals, .n = (int)(sizeof(vals) / sizeof(vals[0])),
-                                .idle = 1000, .who = pthread_self() };
+                                .idle = 1000 * SEC, .who = pthread_self() };
     struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o); /* threaded */
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
     o.timer.clock = scripted_read;
     o.timer.clock_ctx = &c;
     o.shards = 1;
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_timer *t = tw_purgatory_timer(p);
+    uint64_t start = tw_now(t);
+    assert_int_equal(start, 1000 * SEC);
     struct req r = { 0 };
     one_op_many_keys(p, &r, N); /* its slice on the idle clock: none took */
     uint64_t left = tw_purgatory_watched(p);
     assert_in_range(N - left, LO, HI);
+    assert_int_equal(reap(p), 1); /* took nothing: due again at once */
+    left = tw_purgatory_watched(p);
     atomic_store(&c.on, 1);
-    static const int slices[] = { 1, 0, 0, 0, 0, 0, 1, 3, 1 };
-    static const int reads[] = { 2, 3, 3, 4, 4, 4, 6, 8, 10 }; /* clock reads after */
+    static const int at_ms[] = { 0, 0, 1, 2, 3, 4, 5, 6, 7 }; /* the advances */
+    static const int slices[] = { 1, 0, 3, 1, 0, 0, 1, 0, 0 };
+    static const int reads[] = { 2, 2, 4, 6, 6, 6, 8, 10, 10 }; /* clock reads after */
     for (int call = 0; call < 9; call++) {
-        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        int ran = tw_advance(t, start + (uint64_t)at_ms[call] * MS);
+        assert_int_equal(ran, reads[call] != (call ? reads[call - 1] : 0));
         uint64_t gone = left - tw_purgatory_watched(p);
-        assert_in_range(gone, slices[call] * LO, slices[call] * HI);
+        if (call == 7) /* the rest */
+            assert_int_equal(tw_purgatory_watched(p), 0);
+        else
+            assert_in_range(gone, slices[call] * LO, slices[call] * HI);
         assert_int_equal(atomic_load(&c.next), reads[call]);
         left -= gone;
     }
-    assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
-    assert_int_equal(tw_purgatory_watched(p), 0);
     assert_int_equal(atomic_load(&c.next), c.n); /* every value read, no more */
     atomic_store(&c.on, 0);
     tw_purgatory_destroy(p, NULL, NULL);
+}
+
+/* A threaded purgatory's completions leave the purge to the reaper on
+ * the driver thread: the completing thread drops nothing, and the driver
+ * (woken by tw_wake on a clock the test moves a tick at a time) goes on
+ * with the pass until it is over, when the reaper's task is gone. */
+static void test_threaded_reaper(void **state)
+{
+    (void)state;
+    enum { N = 40000 };
+    struct atomic_clock c;
+    mk_threaded(1000, 0, 1, &c);
+    tw_timer *t = tw_purgatory_timer(tp);
+    char *names;
+    struct tw_key *keys = many_keys(N, &names);
+    struct req r = { 0 };
+    tw_op *op = mk_op(tp, &r, 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(tp, op, keys, N), 0);
+    assert_true(tw_op_force_complete(op));
+    tw_op_release(op);
+    /* the driver may have run a slice by itself already, never the caller */
+    int wakes = 0;
+    while (tw_purgatory_watched(tp) && wakes < 1000) {
+        atomic_fetch_add(&c.now, MS);
+        assert_int_equal(tw_wake(t), 0);
+        wakes++;
+    }
+    assert_int_equal(tw_purgatory_watched(tp), 0);
+    atomic_fetch_add(&c.now, MS);
+    assert_int_equal(tw_wake(t), 0);
+    assert_int_equal(tw_pending(t), 0); /* the pass over, the reaper gone */
+    assert_int_equal(atomic_load(&r.completed), 1);
+    tw_purgatory_destroy(tp, NULL, NULL);
+    free(keys);
+    free(names);
 }
 
 /* Counts past 16 bits (mutants.py, sets 29 to 31), at 70,000: one key
@@ -1740,16 +1812,17 @@ static void test_past_16_bits(void **state)
     tw_op *op = mk_op(p, &r[0], SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, keys, N), 0);
     assert_int_equal(tw_purgatory_watched(p), N);
-    /* the completion purges a slice (~16,384 visits: each of the table's
-     * 131,072 buckets, and each list and entry), and the checks after it
-     * go on with the pass, though the stale count is back under the
-     * interval after the first */
+    /* the completion queues the reaper, whose slices (~16,384 visits:
+     * each of the table's 131,072 buckets, and each list and entry) go on
+     * with the pass, one an advance, though the stale count is back under
+     * the interval after the first */
     assert_true(tw_op_force_complete(op));
+    assert_int_equal(reap(p), 1);
     uint64_t left = tw_purgatory_watched(p);
     assert_true(left > 0 && left < N - 4000 && left > N - 8000);
-    int checks = 1; /* slices, the completion's first */
+    int checks = 1; /* slices */
     while (tw_purgatory_watched(p) && checks < 100) {
-        assert_int_equal(tw_purgatory_check_and_complete(p, "none", 4), 0);
+        assert_int_equal(reap(p), 1);
         checks++;
     }
     assert_int_equal(tw_purgatory_watched(p), 0);
@@ -3098,10 +3171,11 @@ int main(void)
         cmocka_unit_test(test_long_list_all_completed),
         cmocka_unit_test(test_past_16_bits),
         cmocka_unit_test(test_force_completions_alone_purge),
-        cmocka_unit_test(test_completions_in_a_walk_leave_the_purge_to_it),
+        cmocka_unit_test(test_completions_leave_the_purge_to_the_reaper),
         cmocka_unit_test(test_purge_goes_in_slices),
         cmocka_unit_test(test_purge_visits_every_list),
         cmocka_unit_test(test_purge_keeps_its_pace),
+        cmocka_unit_test(test_threaded_reaper),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
         cmocka_unit_test(test_walk_survives_cancel_key),
         cmocka_unit_test(test_walk_defers_compaction),
