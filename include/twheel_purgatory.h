@@ -35,15 +35,21 @@
  * came from there) to purge_interval or a seventh of the live entries,
  * whichever is more, give or take what completes while a purge runs; a
  * purge visits every entry, and so costs at most eight visits an entry
- * it drops. A purge runs on the threads whose expirations,
- * check_and_complete and tw_op_force_complete calls come while it is due
- * (a completion checks whether one is, so the bound holds whether or not
- * any op expires or any key is checked), in slices of ~16,384
- * visits (~0.1 ms; a long list is left in the middle and gone on with),
- * each slice at least as long after the last as the last took: a thread
- * spends at most half its time purging while its other work (its
- * expirations or completions) waits, and that waits for one slice, not
- * for a visit of every entry. Besides the op and
+ * it drops. A purge runs on the purgatory's own timer, as one task (the
+ * reaper, as in Kafka): every completion (by force_complete, an event or
+ * an expiration) checks whether a purge is due, so the bound holds
+ * whether or not any op expires or any key is checked, and if so queues
+ * the reaper, which then runs the purge in slices of ~16,384 visits
+ * (~0.1 ms; a long list is left in the middle and gone on with), each at
+ * least as long after the last as the last took: on the timer's driver
+ * (or a worker) in threaded mode, which spends at most half its time
+ * purging while expirations wait, and they wait for one slice, not for a
+ * visit of every entry; in tw_advance, a slice an advance, with a manual
+ * timer, which must be advanced for completed entries to go. The threads
+ * completing ops do no purging (but during tw_purgatory_destroy, when the
+ * stopped timer takes no task: a completion in `unfinished` then runs a
+ * slice itself, as it does if the task cannot be scheduled at all: no
+ * memory, or the timer's max_pending reached). Besides the op and
  * its entry in each watch list (88 and 16 bytes on 64-bit targets), each
  * live op has a 4-byte word in a table of the purgatory's that says
  * whether it is completed, so that a purge reads that and not the op;
@@ -91,7 +97,9 @@ struct tw_key {
 struct tw_purgatory_options {
     struct tw_options timer;  /* the purgatory's own timer (default: threaded,
                                  1 ms tick); its allocator serves the
-                                 purgatory too */
+                                 purgatory too (threaded, also on the
+                                 driver, where expirations and the purge
+                                 free: it must be thread-safe) */
     uint32_t shards;          /* watch-list shards, a power of two, at
                                  most 65536; 0 or default: 512 (Kafka's) */
     uint64_t purge_interval;  /* purge completed ops from watch lists once
@@ -133,7 +141,9 @@ TW_API void tw_purgatory_destroy(tw_purgatory *p, void (*unfinished)(tw_op *op, 
 /* The purgatory's timer: for tw_advance and tw_next_deadline (manual),
  * tw_stats, tw_now, tw_pending, tw_wake. Owned by the purgatory: do not
  * destroy, stop or drain it, nor schedule or cancel on it (its tasks are
- * the ops' timeouts, and their references). NULL for NULL. */
+ * the ops' timeouts, and their references, and while a purge is due or
+ * under way the reaper's: tw_pending counts one more than
+ * tw_purgatory_delayed then). NULL for NULL. */
 TW_API tw_timer *tw_purgatory_timer(tw_purgatory *p);
 
 /* Creates an operation that expires timeout_ns after it is watched. ops is
@@ -158,10 +168,11 @@ TW_API bool tw_op_is_completed(const tw_op *op);
 /* Completes op: true for exactly one caller, who has run on_complete and
  * cancelled the timeout by the time it returns. Any thread; also from
  * try_complete (the op's lock is recursive). false for NULL. An op still
- * listed under keys adds to the completed entries listed, and when they
- * are due a purge (above, "Memory") this call then runs a slice of it,
- * ~0.1 ms, after on_complete: not from within a check_and_complete or an
- * expiration of the same purgatory, which run it as they end. */
+ * listed under keys adds to the completed entries listed, and when that
+ * makes a purge due (above, "Memory") this call queues the reaper's task
+ * on the purgatory's timer, after on_complete, and purges nothing itself
+ * (but during tw_purgatory_destroy, or where the task cannot be
+ * scheduled: then one slice, ~0.1 ms). */
 TW_API bool tw_op_force_complete(tw_op *op);
 
 /* Submits op (once: an op is submitted at most once). Tries to complete

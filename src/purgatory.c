@@ -24,15 +24,15 @@
  * then sets its word in the table of completion words (op_states.c), by
  * which a compaction knows it without reading the op; dropping such an
  * entry takes it off `stale` again. Past purge_interval, and once they
- * are an eighth of all entries, the thread that notices starts a pass
- * over every list, and the threads that call in after it go on with it,
- * a slice each, paced (maybe_purge). The calls that look are those that
- * complete ops (force_complete, an expiration) and check_and_complete:
- * the completions themselves, so that the bound holds however the ops
- * complete. Until the eighty-fourth session force_complete did not look,
- * and ops completed by it alone stayed listed, with their memory, until
- * an expiration came (benchmarks/results/history.md, "A completion
- * starts the purge"). */
+ * are an eighth of all entries, a purge is due: every completion looks
+ * (force_complete, an expiration, check_and_complete's walk), so that the
+ * bound holds however the ops complete, and the one that finds it due
+ * queues the reaper, a task on the purgatory's own timer, which goes over
+ * every list a slice at a time, coming back as long after each slice as
+ * it took (reap_fn). The completing threads only look: until the
+ * eighty-fifth session they ran the slices themselves, and a request's
+ * thread waited behind them (benchmarks/results/history.md, "The purge
+ * on a reaper task"). */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -43,7 +43,7 @@
 #include "purgatory.h"
 
 /* A pass of the purge goes in slices of about this many visits (entries,
- * lists and buckets), ~0.1 ms, on the threads that call maybe_purge. */
+ * lists and buckets), ~0.1 ms, each a run of the reaper (reap_fn). */
 #define TW__PURGE_SLICE 16384u
 
 void *tw__p_alloc(tw_purgatory *p, size_t size)
@@ -325,9 +325,10 @@ static bool safe_try_complete(tw_op *op)
 }
 
 /* The purge's share: completed entries are at least 1/TW__PURGE_SHARE of
- * all listed ones before they are purged (maybe_purge). A larger share
+ * all listed ones before they are purged (purge_due). A larger share
  * visits fewer entries a purge, but frees more ops in one go, on the
- * thread whose expiration noticed: the expirations behind it wait (with
+ * timer's thread: the expirations behind it wait (measured when the
+ * thread whose expiration noticed ran a whole pass at once, with
  * Kafka's own benchmark at 400,000 requests/s their lateness at p99 was
  * 1.7 to 2.6 ms on the count alone, 3.3 to 5.6 with an eighth, 4.5 to 5.3
  * with a quarter: history.md, "Kafka's test as written, and a purge that
@@ -393,20 +394,21 @@ static void reap_fn(tw_timer *t, tw_id id, void *arg)
     (void)id;
     tw_purgatory *p = arg;
     bool more = true; /* someone else holds `purging`: come back */
+    uint64_t wait = 0;
     if (!atomic_exchange(&p->purging, 1)) {
         more = purge_step(p);
+        wait = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
         atomic_store(&p->purging, 0);
     }
     if (more) {
-        uint64_t took = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
-        if (tw_schedule(t, took, reap_fn, p, NULL) == 0)
+        if (tw_schedule(t, wait, reap_fn, p, NULL) == 0)
             return;
         /* stopping (destroy), or no memory: the next completion's look
          * asks again */
     }
     atomic_store(&p->reaping, 0);
     /* a completion that looked while `reaping` was set left it to us */
-    if (purge_due(p))
+    if (atomic_load_explicit(&p->passing, memory_order_relaxed) || purge_due(p))
         request_purge(p);
 }
 
@@ -417,7 +419,12 @@ static void reap_fn(tw_timer *t, tw_id id, void *arg)
  * timer. */
 static void request_purge(tw_purgatory *p)
 {
-    if (atomic_load(&p->reaping) || !purge_due(p) || atomic_exchange(&p->reaping, 1))
+    if (atomic_load(&p->reaping))
+        return;
+    /* a pass left unfinished (the reaper could not come back) goes on */
+    if (!atomic_load_explicit(&p->passing, memory_order_relaxed) && !purge_due(p))
+        return;
+    if (atomic_exchange(&p->reaping, 1))
         return;
     if (tw_schedule(p->timer, 0, reap_fn, p, NULL) == 0)
         return;

@@ -167,12 +167,13 @@ struct tw_purgatory {
     _Atomic uint64_t watched, delayed;
     /* completed entries still listed: exact while no call is under way
      * (below it for a moment where a compaction drops an op whose
-     * completion has yet to add its lists: maybe_purge) */
+     * completion has yet to add its lists: purge_due) */
     _Atomic int64_t stale;
     _Atomic int purging;
     /* the reaper's task is scheduled or running (purgatory.c, reap_fn) */
     _Atomic int reaping;
-    /* A purge under way (maybe_purge) goes on a slice a call. pcur is its
+    /* A purge under way goes on a slice each run of the reaper (reap_fn),
+     * or of a completion that could not queue it. pcur is its
      * place, read and written only by the holder of `purging`: the next
      * shard, bucket of the shard's table, and list of the bucket's chain
      * (lists dropped or added meanwhile may shift it: one is then skipped
@@ -181,9 +182,10 @@ struct tw_purgatory {
     struct {
         uint32_t shard, bucket, chain;
     } pcur;
-    /* The pace of a pass (maybe_purge): no slice before purge_next, on
-     * the timer's clock; purge_took: how long the last slice took.
-     * Written by the holder of `purging`, read by any caller first. */
+    /* The pace of a pass (purge_step): a slice later than purge_next, on
+     * the timer's clock, has a larger budget; purge_took: how long the
+     * last slice took, the reaper's wait for its next. Written and read
+     * by the holder of `purging`. */
     _Atomic uint64_t purge_next, purge_took;
     /* A slice's visits: TW__PURGE_SLICE (purgatory.c); the model test
      * and its fuzzer make it a few, so that slices stop inside lists. */
