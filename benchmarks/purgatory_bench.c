@@ -37,7 +37,8 @@
  * p99 (how long after its latency a request's completion ran). The last,
  * "exp p99", is how late the expirations ran at p99 (after the op's
  * creation plus its timeout): the purgatory's own timer, whose thread
- * runs purges too, as the completions do. "stale max" is the most the completed entries
+ * runs the purges too (its reaper's task; the completions only ask for
+ * it). "stale max" is the most the completed entries
  * still listed came to, as a share of all listed, over samples taken
  * every 1,024 requests while they are added: a purge is due once they are
  * an eighth (12.5%) and past purge_interval, and the header's bound on the
