@@ -1719,6 +1719,40 @@ static void test_purge_keeps_its_pace(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* Where the reaper's task cannot be scheduled (here the timer's
+ * max_pending, reached by two ops' timeouts), the completion that found a
+ * purge due runs a slice itself, at once, and nothing waits for an
+ * advance. The op completed by its submission's second try, once
+ * watched under three keys, has no timeout of its own to give back. */
+static void test_reaper_unschedulable_purges_inline(void **state)
+{
+    (void)state;
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.max_pending = 2;
+    o.purge_interval = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    struct req r[3] = { 0 };
+    tw_op *a = mk_op(p, &r[0], 3600 * SEC), *b = mk_op(p, &r[1], 3600 * SEC);
+    struct tw_key x = KEY("x"), three[3] = { KEY("c1"), KEY("c2"), KEY("c3") };
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, a, &x, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, &x, 1), 0);
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 2); /* the bound */
+    r[2].attempts_needed = 2; /* the second try completes it */
+    tw_op *c = mk_op(p, &r[2], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, c, three, 3), 1);
+    /* 3 completed entries of 5 listed: due; no room for the reaper */
+    assert_int_equal(tw_purgatory_watched(p), 2); /* purged in the call */
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 2);
+    assert_int_equal(reap(p), 0);
+    tw_op_release(a);
+    tw_op_release(b);
+    tw_op_release(c);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* A threaded purgatory's completions leave the purge to the reaper on
  * the driver thread: the completing thread drops nothing, and the driver
  * (woken by tw_wake on a clock the test moves a tick at a time) goes on
@@ -3193,6 +3227,7 @@ int main(void)
         cmocka_unit_test(test_purge_visits_every_list),
         cmocka_unit_test(test_purge_keeps_its_pace),
         cmocka_unit_test(test_threaded_reaper),
+        cmocka_unit_test(test_reaper_unschedulable_purges_inline),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
         cmocka_unit_test(test_walk_survives_cancel_key),
         cmocka_unit_test(test_walk_defers_compaction),
