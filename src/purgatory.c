@@ -403,8 +403,9 @@ static void reap_fn(tw_timer *t, tw_id id, void *arg)
     if (more) {
         if (tw_schedule(t, wait, reap_fn, p, NULL) == 0)
             return;
-        /* stopping (destroy), or no memory: the next completion's look
-         * asks again */
+        /* stopping (destroy), no memory or max_pending: the look below
+         * runs the slice here if the task still cannot be scheduled, and
+         * later completions go on with the pass */
     }
     atomic_store(&p->reaping, 0);
     /* a completion that looked while `reaping` was set left it to us */
@@ -414,9 +415,9 @@ static void reap_fn(tw_timer *t, tw_id id, void *arg)
 
 /* Hands a due purge to the reaper, unless it has it already. Most calls
  * stop at the first load. Where the reaper cannot be scheduled (the
- * purgatory is being destroyed, or no memory), the caller runs a slice
- * itself, so that the bound on completed entries does not rest on the
- * timer. */
+ * purgatory is being destroyed, no memory, or the timer's max_pending
+ * reached), the caller runs a slice itself, so that the bound on
+ * completed entries does not rest on the timer. */
 static void request_purge(tw_purgatory *p)
 {
     if (atomic_load(&p->reaping))
