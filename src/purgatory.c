@@ -453,7 +453,7 @@ static void expire_fn(tw_timer *t, tw_id id, void *arg)
      * (too late for tw_cancel) has handed it over, promising it will not
      * expire: complete() refuses a CANCELLED op, in the same atomic step
      * that would complete it. */
-    tw_purgatory *listed;
+    tw_purgatory *listed = NULL;
     bool expired = complete(op, TW__OP_CANCELLED, &listed);
     if (expired && op->ops->on_expire)
         op->ops->on_expire(op); /* after on_complete, outside the op lock */
@@ -554,8 +554,8 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
         tw__p_free(p, ops);
     if (n)
         tw__unpin(p, &pin);
-    if (completed)
-        request_purge(p);
+    /* each completion above looked whether a purge is due: a try that
+     * completes does so through tw_op_force_complete */
     return completed > INT_MAX ? INT_MAX : (int)completed;
 }
 
