@@ -366,21 +366,34 @@ static bool purge_step(tw_purgatory *p)
         return false;
     uint64_t now = tw__clock_now(p->timer);
     uint64_t budget = p->purge_slice;
-    uint64_t next = atomic_load_explicit(&p->purge_next, memory_order_relaxed);
-    uint64_t took = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
-    if (passing && now > next) {
-        uint64_t late = (now - next) / (took ? took : 1);
+    if (passing && now > p->purge_next) {
+        uint64_t took = p->purge_took;
+        uint64_t late = (now - p->purge_next) / (took ? took : 1);
         budget = late >= UINT32_MAX / p->purge_slice ? UINT32_MAX
                                                      : (late + 1) * p->purge_slice;
     }
     size_t gone;
     bool over = tw__purge_slice(p, (uint32_t)budget, &gone);
     uint64_t then = tw__clock_now(p->timer);
-    took = then > now ? then - now : 0;
-    atomic_store_explicit(&p->purge_took, took, memory_order_relaxed);
-    atomic_store_explicit(&p->purge_next, then + took, memory_order_relaxed);
+    p->purge_took = then > now ? then - now : 0;
+    p->purge_next = then + p->purge_took;
     atomic_store_explicit(&p->passing, !over, memory_order_relaxed);
     return !over;
+}
+
+/* A slice (purge_step) under the purge's flag, unless another thread
+ * holds it. Returns whether a pass is still under way (true, too, when
+ * the flag was held: its holder may leave the pass unfinished), and sets
+ * *took to the slice's length (0 if none ran). */
+static bool try_slice(tw_purgatory *p, uint64_t *took)
+{
+    *took = 0;
+    if (atomic_exchange(&p->purging, 1))
+        return true;
+    bool more = purge_step(p);
+    *took = p->purge_took;
+    atomic_store(&p->purging, 0);
+    return more;
 }
 
 /* The reaper: a task on the purgatory's own timer that runs the purge a
@@ -393,14 +406,8 @@ static void reap_fn(tw_timer *t, tw_id id, void *arg)
 {
     (void)id;
     tw_purgatory *p = arg;
-    bool more = true; /* someone else holds `purging`: come back */
-    uint64_t wait = 0;
-    if (!atomic_exchange(&p->purging, 1)) {
-        more = purge_step(p);
-        wait = atomic_load_explicit(&p->purge_took, memory_order_relaxed);
-        atomic_store(&p->purging, 0);
-    }
-    if (more) {
+    uint64_t wait;
+    if (try_slice(p, &wait)) {
         if (tw_schedule(t, wait, reap_fn, p, NULL) == 0)
             return;
         /* stopping (destroy), no memory or max_pending: the look below
@@ -430,10 +437,8 @@ static void request_purge(tw_purgatory *p)
     if (tw_schedule(p->timer, 0, reap_fn, p, NULL) == 0)
         return;
     atomic_store(&p->reaping, 0);
-    if (!atomic_exchange(&p->purging, 1)) {
-        purge_step(p);
-        atomic_store(&p->purging, 0);
-    }
+    uint64_t took;
+    (void)try_slice(p, &took);
 }
 
 size_t tw_purgatory_purge(tw_purgatory *p)

@@ -185,8 +185,9 @@ struct tw_purgatory {
     /* The pace of a pass (purge_step): a slice later than purge_next, on
      * the timer's clock, has a larger budget; purge_took: how long the
      * last slice took, the reaper's wait for its next. Written and read
-     * by the holder of `purging`. */
-    _Atomic uint64_t purge_next, purge_took;
+     * only by the holder of `purging` (its exchange and release order
+     * them), so plain. */
+    uint64_t purge_next, purge_took;
     /* A slice's visits: TW__PURGE_SLICE (purgatory.c); the model test
      * and its fuzzer make it a few, so that slices stop inside lists. */
     uint32_t purge_slice;
