@@ -45,9 +45,18 @@
  * memory they hold is that share, give or take what completes while a
  * purge's slices go round.
  *
+ * --tick-ms and --workers set the purgatory's own timer (its tick, 1 ms by
+ * default; its worker threads, none by default: expirations and the
+ * reaper then share the driver), to see what the reaper costs the
+ * expirations with a coarser tick, where it runs less often and longer,
+ * and with workers, where it runs beside them. --purge-interval sets the
+ * purgatory's (default 1000, Kafka's); "never" leaves every completed
+ * entry listed: no purge and no reaper, the control for what it costs.
+ *
  *   twheel-purgatory-bench [--quick] [--kafka] [--rates 50000,100000,...]
  *       [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]
- *       [--p50-ms A] [--p75-ms B]
+ *       [--p50-ms A] [--p75-ms B] [--tick-ms M] [--workers W]
+ *       [--purge-interval N|never]
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -70,7 +79,10 @@ static struct {
     double p50_ms, p75_ms;
     const char *rates;
     int kafka; /* Kafka's test as written: shared keys, no walk */
-} cfg = { 2.0, 3, 100, 200, 200, 400, "25000,50000,100000,200000,400000,800000", 0 };
+    double tick_ms;    /* the purgatory's timer's tick */
+    uint32_t workers;  /* and its workers */
+    uint64_t purge_interval;
+} cfg = { 2.0, 3, 100, 200, 200, 400, "25000,50000,100000,200000,400000,800000", 0, 1.0, 0, 1000 };
 
 struct fake_req {
     _Atomic int completable;
@@ -189,8 +201,16 @@ static void run(double rate)
     atomic_store(&expired_n, 0);
     atomic_store(&missed_n, 0);
     stale_max = 0;
-    if (tw_purgatory_create(&purg, NULL))
+    struct tw_purgatory_options po;
+    tw_purgatory_options_init(&po);
+    po.timer.tick_ns = (uint64_t)(cfg.tick_ms * 1e6);
+    po.timer.workers = cfg.workers;
+    po.purge_interval = cfg.purge_interval;
+    if (tw_purgatory_create(&purg, &po)) {
+        fprintf(stderr, "twheel-purgatory-bench: cannot make the purgatory (tick %.3f ms, %u "
+                        "workers)\n", cfg.tick_ms, (unsigned)cfg.workers);
         exit(1);
+    }
     struct tw_options o;
     tw_options_init(&o);
     o.threaded = 1;
@@ -303,10 +323,19 @@ int main(int argc, char **argv)
             cfg.p50_ms = atof(argv[++k]);
         } else if (!strcmp(argv[k], "--p75-ms") && k + 1 < argc) {
             cfg.p75_ms = atof(argv[++k]);
+        } else if (!strcmp(argv[k], "--tick-ms") && k + 1 < argc) {
+            cfg.tick_ms = atof(argv[++k]);
+        } else if (!strcmp(argv[k], "--workers") && k + 1 < argc) {
+            cfg.workers = (uint32_t)atoi(argv[++k]);
+        } else if (!strcmp(argv[k], "--purge-interval") && k + 1 < argc) {
+            k++;
+            cfg.purge_interval = strcmp(argv[k], "never") ? strtoull(argv[k], NULL, 10)
+                                                          : UINT64_MAX;
         } else {
             fprintf(stderr, "usage: twheel-purgatory-bench [--quick] [--kafka] [--rates a,b]\n"
                             "  [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]\n"
-                            "  [--p50-ms A] [--p75-ms B]\n");
+                            "  [--p50-ms A] [--p75-ms B] [--tick-ms M] [--workers W]\n"
+                            "  [--purge-interval N|never]\n");
             return 2;
         }
     }
@@ -328,6 +357,15 @@ int main(int argc, char **argv)
     printf("purgatory: timeout %llu ms, latency p50 %.0f ms p75 %.0f ms, %d keys of %d, %.1f s per rate\n",
            (unsigned long long)cfg.timeout_ms, cfg.p50_ms, cfg.p75_ms, cfg.keys, cfg.key_space,
            cfg.seconds);
+    if (cfg.workers)
+        printf("its timer: tick %g ms, callbacks on %u workers\n", cfg.tick_ms,
+               (unsigned)cfg.workers);
+    else
+        printf("its timer: tick %g ms, callbacks on the driver\n", cfg.tick_ms);
+    if (cfg.purge_interval == UINT64_MAX)
+        printf("purge_interval: never (no purge, no reaper)\n");
+    else if (cfg.purge_interval != 1000)
+        printf("purge_interval: %llu\n", (unsigned long long)cfg.purge_interval);
     printf("%s\n", cfg.kafka ? "completions: --kafka, Kafka's test as written (the same keys for every "
                                "request; each op completed by itself, no list walked)"
                              : "completions: the walk (each request's own keys; check_and_complete on "
