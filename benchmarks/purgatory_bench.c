@@ -50,7 +50,7 @@
  * reaper then share the driver), to see what the reaper costs the
  * expirations with a coarser tick, where it runs less often and longer,
  * and with workers, where it runs beside them. --purge-interval sets the
- * purgatory's (default 1000, Kafka's); "never" leaves every completed
+ * purgatory's (by default the library's, 1000 as Kafka's); "never" leaves every completed
  * entry listed: no purge and no reaper, the control for what it costs.
  *
  *   twheel-purgatory-bench [--quick] [--kafka] [--rates 50000,100000,...]
@@ -81,8 +81,8 @@ static struct {
     int kafka; /* Kafka's test as written: shared keys, no walk */
     double tick_ms;    /* the purgatory's timer's tick */
     uint32_t workers;  /* and its workers */
-    uint64_t purge_interval;
-} cfg = { 2.0, 3, 100, 200, 200, 400, "25000,50000,100000,200000,400000,800000", 0, 1.0, 0, 1000 };
+    uint64_t purge_interval; /* the purgatory's default unless given */
+} cfg = { 2.0, 3, 100, 200, 200, 400, "25000,50000,100000,200000,400000,800000", 0, 1.0, 0, 0 };
 
 struct fake_req {
     _Atomic int completable;
@@ -206,9 +206,10 @@ static void run(double rate)
     po.timer.tick_ns = (uint64_t)(cfg.tick_ms * 1e6);
     po.timer.workers = cfg.workers;
     po.purge_interval = cfg.purge_interval;
-    if (tw_purgatory_create(&purg, &po)) {
-        fprintf(stderr, "twheel-purgatory-bench: cannot make the purgatory (tick %.3f ms, %u "
-                        "workers)\n", cfg.tick_ms, (unsigned)cfg.workers);
+    int rc = tw_purgatory_create(&purg, &po);
+    if (rc) {
+        fprintf(stderr, "twheel-purgatory-bench: cannot make the purgatory (tick %g ms, %u "
+                        "workers): %s\n", cfg.tick_ms, (unsigned)cfg.workers, strerror(-rc));
         exit(1);
     }
     struct tw_options o;
@@ -303,6 +304,9 @@ static void run(double rate)
 
 int main(int argc, char **argv)
 {
+    struct tw_purgatory_options defaults;
+    tw_purgatory_options_init(&defaults);
+    cfg.purge_interval = defaults.purge_interval;
     for (int k = 1; k < argc; k++) {
         if (!strcmp(argv[k], "--quick")) {
             cfg.seconds = 0.3;
@@ -364,7 +368,7 @@ int main(int argc, char **argv)
         printf("its timer: tick %g ms, callbacks on the driver\n", cfg.tick_ms);
     if (cfg.purge_interval == UINT64_MAX)
         printf("purge_interval: never (no purge, no reaper)\n");
-    else if (cfg.purge_interval != 1000)
+    else if (cfg.purge_interval != defaults.purge_interval)
         printf("purge_interval: %llu\n", (unsigned long long)cfg.purge_interval);
     printf("%s\n", cfg.kafka ? "completions: --kafka, Kafka's test as written (the same keys for every "
                                "request; each op completed by itself, no list walked)"
