@@ -13,7 +13,10 @@
  * (fuzz_purgatory) and, through fuzz_replay.c, a replay of generated
  * inputs and of its corpus on every compiler: each choice is then a byte
  * of the input, and the run ends with the input. A disagreement with the
- * model aborts (CMOCKA_TEST_ABORT). */
+ * model aborts (CMOCKA_TEST_ABORT). Two in three threaded seeds (half
+ * the fuzzer's threaded inputs) give the timer two workers: expirations and the reaper then run there, beside
+ * each other, and the test waits for the expirations each advance made
+ * due. */
 #include "helpers.h"
 
 #include <pthread.h>
@@ -45,7 +48,7 @@ struct mop {
  * every one, or it proves nothing about it. */
 enum { O_SUBMIT_FIRST, O_SUBMIT_SECOND, O_SUBMIT_WAIT, O_SUBMIT_DONE_BEFORE, O_SUBMIT_TWICE,
        O_SUBMIT_NOMEM, O_CHECK_DONE, O_CHECK_NOMEM, O_FORCE, O_CANCELLED, O_PURGED, O_EXPIRED,
-       O_RELEASED_LISTED, O_HANDED, O_AUTOPURGED, NOUTCOMES };
+       O_RELEASED_LISTED, O_HANDED, O_AUTOPURGED, O_EXPIRED_ON_WORKERS, NOUTCOMES };
 static long outcome[NOUTCOMES];
 #ifndef TW_PURGATORY_FUZZ /* printed by the cmocka test only */
 static const char *outcome_name[NOUTCOMES] = {
@@ -53,7 +56,7 @@ static const char *outcome_name[NOUTCOMES] = {
     "submitted already completed", "submitted twice (refused)", "submit out of memory",
     "completed by an event", "event out of memory", "force-completed", "handed over by cancel_key",
     "purged", "expired", "released while listed", "handed back by destroy",
-    "steps after a purge by itself",
+    "steps after a purge by itself", "expired on a worker",
 };
 #endif
 
@@ -78,12 +81,33 @@ static void complete_fn(tw_op *op)
     ((struct rec *)tw_op_ctx(op))->completed++;
 }
 
+/* on_expire calls, over the run: with workers the test waits for its
+ * count (the release here orders the callbacks' writes to recs before
+ * the test's reads of them) */
+static _Atomic long expirations;
+
 static void expire_fn(tw_op *op)
 {
     struct rec *r = tw_op_ctx(op);
     if (!r->completed)
         r->expired_early++;
     r->expired++;
+    atomic_fetch_add_explicit(&expirations, 1, memory_order_release);
+}
+
+/* Waits until `expirations` reaches `want` (workers run them after tw_wake
+ * returns; on the driver they have run by then). A minute is ample for
+ * the slowest build (valgrind); reaching it fails the run. */
+static long wait_expirations(long want)
+{
+    long n;
+    for (int i = 0; (n = atomic_load_explicit(&expirations, memory_order_acquire)) < want &&
+                    i < 1200000;
+         i++) {
+        struct timespec ts = { 0, 50000 };
+        nanosleep(&ts, NULL);
+    }
+    return n;
 }
 
 static const struct tw_op_ops ops = { try_fn, complete_fn, expire_fn };
@@ -181,7 +205,7 @@ static void check_all(tw_purgatory *p, int autop)
 }
 
 /* The counting allocator behind a lock, for threaded runs: the reaper
- * frees on the driver whenever it comes due, beside the test's own
+ * frees on the driver (or a worker) whenever it comes due, beside the test's own
  * allocations (the allocator hook must be thread-safe: twheel.h). */
 static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -203,7 +227,9 @@ static void locked_free(void *ctx, void *p)
 /* One run of up to `steps` steps: returns the number run. Threaded, the
  * purgatory's timer runs on an atomic clock the model sets, and its
  * driver fires on tw_wake (callbacks on the driver: they have run when
- * tw_wake returns), so the run stays deterministic; the driver, waking by
+ * tw_wake returns; on two workers in most threaded runs, and the
+ * test then waits for the expirations that were due), so the run stays
+ * deterministic but for the purges; the driver, waking by
  * itself meanwhile, finds nothing due on the clock that stands still.
  * With `autop` the purgatory purges by itself too (a purge_interval of
  * 4, and slices of 3 to 10 visits, which stop inside lists and spread a
@@ -213,7 +239,7 @@ static void locked_free(void *ctx, void *p)
  * standing still does not stop), and the model, which does not follow the
  * slices, checks the counts that completed entries still listed make up
  * to within what a purge may have dropped already. */
-static int run(struct src *src, int steps, int threaded, int autop)
+static int run(struct src *src, int steps, int threaded, int workers, int autop)
 {
     struct count_alloc a = { 0 };
     struct fake_clock c;
@@ -227,7 +253,12 @@ static int run(struct src *src, int steps, int threaded, int autop)
         o.timer.clock = atomic_clock_read;
         o.timer.clock_ctx = &ac;
         o.timer.threaded = 1;
-        o.timer.shards = 1u << (rng(src) % 3); /* 1, 2 or 4 */
+        /* one choice for both, so that the inputs' other bytes keep
+         * their meaning: 1, 2 or 4 shards; callbacks on the driver or on
+         * two workers (workers < 0: as the choice says) */
+        uint64_t r = rng(src);
+        o.timer.shards = 1u << (r % 3);
+        o.timer.workers = workers >= 0 ? (uint32_t)workers : (r / 3) % 2 ? 2 : 0;
     }
     o.timer.allocator = threaded ? (struct tw_allocator){ locked_alloc, locked_free, &a }
                                  : counting(&a);
@@ -411,14 +442,16 @@ static int run(struct src *src, int steps, int threaded, int autop)
                 }
             }
             if (threaded) {
-                int before = 0, after = 0;
-                for (int j = 0; j < nops; j++)
-                    before += recs[j].expired;
+                long before = atomic_load(&expirations);
                 atomic_store(&ac.now, now);
                 assert_int_equal(tw_wake(t), 0);
-                for (int j = 0; j < nops; j++)
-                    after += recs[j].expired;
-                assert_int_equal(after - before, want);
+                assert_int_equal(wait_expirations(before + want) - before, want);
+                if (o.timer.workers) { /* and no more than that come */
+                    struct timespec ts = { 0, 200000 };
+                    nanosleep(&ts, NULL);
+                    assert_int_equal(atomic_load(&expirations) - before, want);
+                    outcome[O_EXPIRED_ON_WORKERS] += want;
+                }
             } else {
                 c.now = now;
                 /* the timeouts due, and perhaps the reaper (check_all
@@ -463,15 +496,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     setenv("CMOCKA_TEST_ABORT", "1", 1); /* outside a test: abort, not exit */
     struct src src = { 0, data + 1, size - 1, 0, 0 };
     /* the first byte: one input in eight runs threaded (a driver thread
-     * each: slower); and half of them purge by themselves too */
-    run(&src, 4096, data[0] % 8 == 0, data[0] & 8 ? 1 + (data[0] >> 4) : 0);
+     * each, and for half of those two workers: slower); and half of them
+     * purge by themselves too */
+    run(&src, 4096, data[0] % 8 == 0, -1, data[0] & 8 ? 1 + (data[0] >> 4) : 0);
     return 0;
 }
 #else
-static int run_seed(uint64_t seed, int steps, int threaded, int autop)
+static int run_seed(uint64_t seed, int steps, int threaded, int workers, int autop)
 {
     struct src src = { seed, NULL, 0, 0, 0 };
-    return run(&src, steps, threaded, autop);
+    return run(&src, steps, threaded, workers, autop);
 }
 
 static void test_purgatory_model(void **state)
@@ -482,6 +516,7 @@ static void test_purgatory_model(void **state)
     long total = 0;
     for (int sd = 1; sd <= seeds; sd++)
         total += run_seed(0xC0FFEEull * (uint64_t)sd, 3000, sd % 2 == 0, /* half threaded */
+                          sd % 6 == 4 ? 0 : 2, /* two in three of those on workers */
                           sd % 4 >= 2 ? sd : 0); /* half purging by themselves */
     assert_true(total == (long)seeds * 3000);
     for (int o = 0; o < NOUTCOMES; o++) {
