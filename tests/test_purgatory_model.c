@@ -14,9 +14,9 @@
  * inputs and of its corpus on every compiler: each choice is then a byte
  * of the input, and the run ends with the input. A disagreement with the
  * model aborts (CMOCKA_TEST_ABORT). Two in three threaded seeds (half
- * the fuzzer's threaded inputs) give the timer two workers: expirations and the reaper then run there, beside
- * each other, and the test waits for the expirations each advance made
- * due. */
+ * the fuzzer's threaded inputs) give the timer two workers: expirations
+ * and the reaper then run there, beside each other, and the test waits
+ * for the expirations each advance made due. */
 #include "helpers.h"
 
 #include <pthread.h>
@@ -213,8 +213,9 @@ static void check_all(tw_purgatory *p, int autop, uint32_t reaper_max)
 }
 
 /* The counting allocator behind a lock, for threaded runs: the reaper
- * frees on the driver (or a worker) whenever it comes due, beside the test's own
- * allocations (the allocator hook must be thread-safe: twheel.h). */
+ * frees on the driver (or a worker) whenever it comes due, beside the
+ * test's own allocations (the allocator hook must be thread-safe:
+ * twheel.h). */
 static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void *locked_alloc(void *ctx, size_t size)
@@ -235,10 +236,10 @@ static void locked_free(void *ctx, void *p)
 /* One run of up to `steps` steps: returns the number run. Threaded, the
  * purgatory's timer runs on an atomic clock the model sets, and its
  * driver fires on tw_wake (callbacks on the driver: they have run when
- * tw_wake returns; on two workers in most threaded runs, and the
- * test then waits for the expirations that were due), so the run stays
- * deterministic but for the purges; the driver, waking by
- * itself meanwhile, finds nothing due on the clock that stands still.
+ * tw_wake returns; on two workers in most threaded runs, and the test
+ * then waits for the expirations that were due), so the run stays
+ * deterministic but for the purges; the driver, waking by itself
+ * meanwhile, finds nothing due on the clock that stands still.
  * With `autop` the purgatory purges by itself too (a purge_interval of
  * 4, and slices of 3 to 10 visits, which stop inside lists and spread a
  * pass over many runs of its reaper, a task on its timer: one an advance
