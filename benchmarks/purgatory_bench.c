@@ -50,8 +50,9 @@
  * reaper then share the driver), to see what the reaper costs the
  * expirations with a coarser tick, where it runs less often and longer,
  * and with workers, where it runs beside them. --purge-interval sets the
- * purgatory's (by default the library's, 1000 as Kafka's); "never" leaves every completed
- * entry listed: no purge and no reaper, the control for what it costs.
+ * purgatory's (by default the library's, 1000 as Kafka's); "never"
+ * leaves every completed entry listed: no purge and no reaper, the
+ * control for what it costs.
  *
  *   twheel-purgatory-bench [--quick] [--kafka] [--rates 50000,100000,...]
  *       [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]

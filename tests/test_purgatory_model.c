@@ -95,6 +95,13 @@ static void expire_fn(tw_op *op)
     atomic_fetch_add_explicit(&expirations, 1, memory_order_release);
 }
 
+/* The threaded runs' waits: a short sleep, then look again. */
+static void nap(long ns)
+{
+    struct timespec ts = { 0, ns };
+    nanosleep(&ts, NULL);
+}
+
 /* Waits until `expirations` reaches `want` (workers run them after tw_wake
  * returns; on the driver they have run by then). A minute is ample for
  * the slowest build (valgrind); reaching it fails the run. */
@@ -103,10 +110,8 @@ static long wait_expirations(long want)
     long n;
     for (int i = 0; (n = atomic_load_explicit(&expirations, memory_order_acquire)) < want &&
                     i < 1200000;
-         i++) {
-        struct timespec ts = { 0, 50000 };
-        nanosleep(&ts, NULL);
-    }
+         i++)
+        nap(50000);
     return n;
 }
 
@@ -210,8 +215,7 @@ static void check_all(tw_purgatory *p, int autop, int threaded)
      * until it is within the bound. */
     size_t pending = tw_pending(tw_purgatory_timer(p));
     for (int i = 0; threaded && autop && pending > delayed + 1 && i < 20000; i++) {
-        struct timespec ts = { 0, 50000 };
-        nanosleep(&ts, NULL);
+        nap(50000);
         pending = tw_pending(tw_purgatory_timer(p));
     }
     assert_in_range(pending, delayed, delayed + (autop != 0));
@@ -461,8 +465,7 @@ static int run(struct src *src, int steps, int threaded, int workers, int autop)
                 assert_int_equal(tw_wake(t), 0);
                 assert_int_equal(wait_expirations(before + want) - before, want);
                 if (o.timer.workers) { /* and no more than that come */
-                    struct timespec ts = { 0, 200000 };
-                    nanosleep(&ts, NULL);
+                    nap(200000);
                     assert_int_equal(atomic_load(&expirations) - before, want);
                     outcome[O_EXPIRED_ON_WORKERS] += want;
                 }
