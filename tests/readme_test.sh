@@ -4,7 +4,8 @@
 #     in include/, and it names every function twheel.h exports;
 #  2. its options table lists exactly the members of struct tw_options, and
 #     its build options table exactly the options of meson_options.txt;
-#  3. every ```c block compiles against the headers with -Wall -Wextra
+#  3. the fuzz corpora hold as many inputs as it says;
+#  4. every ```c block compiles against the headers with -Wall -Wextra
 #     -Werror, so a renamed call, a changed argument list or a wrong type
 #     in an example fails here.
 # A block mixes file-scope code (#include, functions) with statements. The
@@ -83,7 +84,24 @@ if [ -n "$mopts" ]; then
   same_names "meson options" "$tmp/mopts" "$tmp/mopts.md"
 fi
 
-# 3. the C blocks, one file each: file-scope part, then the statements
+# 3. the fuzz corpora's sizes: each `tests/DIR/` the README follows with
+# "(N inputs)" (the line may break anywhere in between) must hold N files,
+# so that a corpus that grows or shrinks cannot leave the figure behind
+srcdir=$(dirname "$readme")
+tr '\n' ' ' < "$readme" | grep -o '`tests/fuzz_corpus[a-z_]*/` *( *[0-9][0-9]* inputs)' |
+  sed 's/`tests\/\([a-z_]*\)\/` *( *\([0-9]*\) inputs)/\1 \2/' > "$tmp/corpora"
+[ -s "$tmp/corpora" ] || { echo "the README gives no corpus's size (\`tests/fuzz_corpus.../\` (N inputs))"; fail=1; }
+while read -r dir n; do
+  have=$(find "$srcdir/tests/$dir" -maxdepth 1 -type f | wc -l)
+  if [ "$have" -ne "$n" ]; then
+    echo "the README says tests/$dir/ holds $n inputs; it holds $have"
+    fail=1
+  else
+    echo "corpus: tests/$dir/ holds $n inputs, as the README says"
+  fi
+done < "$tmp/corpora"
+
+# 4. the C blocks, one file each: file-scope part, then the statements
 awk -v dir="$tmp" '
   /^```c[ \t]*$/ { n++; inblk = 1; stmts = 0; depth = 0
                    f = dir "/block" n; print "" > (f ".top"); print "" > (f ".body")
