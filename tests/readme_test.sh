@@ -85,7 +85,7 @@ if [ -n "$mopts" ]; then
 fi
 
 # 3. the fuzz corpora's sizes: each `tests/DIR/` the README follows with
-# "(N inputs)" (the line may break anywhere in between) must hold N files,
+# "(N inputs)" (a line break between its words reads as a space) must hold N files,
 # so that a corpus that grows or shrinks cannot leave the figure behind
 srcdir=$(dirname "$readme")
 tr '\n' ' ' < "$readme" | grep -o '`tests/fuzz_corpus[a-z_]*/` *( *[0-9][0-9]* inputs)' |
