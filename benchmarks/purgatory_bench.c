@@ -58,7 +58,11 @@
  *       [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]
  *       [--p50-ms A] [--p75-ms B] [--tick-ms M] [--workers W]
  *       [--purge-interval N|never]
+ *
+ * Every number is read whole and within its range, or the program stops
+ * with a message and exit status 2 before it runs a rate.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -303,6 +307,22 @@ static void run(double rate)
     free(reqs);
 }
 
+/* An option's number, read whole or refused: a typo must not run another
+ * benchmark than the one asked for (atoi made "--purge-interval nevr" a
+ * purge_interval of 0, and "--keys 12" fell back to 3 without a word). */
+static double arg_num(const char *opt, const char *s, double lo, double hi, int whole)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !(v >= lo && v <= hi) || (whole && v != floor(v))) {
+        fprintf(stderr, "twheel-purgatory-bench: %s takes %s from %g to %g, not '%s'\n", opt,
+                whole ? "a whole number" : "a number", lo, hi, s);
+        exit(2);
+    }
+    return v;
+}
+
 int main(int argc, char **argv)
 {
     struct tw_purgatory_options defaults;
@@ -317,25 +337,27 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[k], "--rates") && k + 1 < argc) {
             cfg.rates = argv[++k];
         } else if (!strcmp(argv[k], "--seconds") && k + 1 < argc) {
-            cfg.seconds = atof(argv[++k]);
+            cfg.seconds = arg_num("--seconds", argv[++k], 0.001, 1e6, 0);
         } else if (!strcmp(argv[k], "--keys") && k + 1 < argc) {
-            cfg.keys = atoi(argv[++k]);
+            cfg.keys = (int)arg_num("--keys", argv[++k], 1, 8, 1);
         } else if (!strcmp(argv[k], "--key-space") && k + 1 < argc) {
-            cfg.key_space = atoi(argv[++k]);
+            cfg.key_space = (int)arg_num("--key-space", argv[++k], 1, 1e7, 1);
         } else if (!strcmp(argv[k], "--timeout-ms") && k + 1 < argc) {
-            cfg.timeout_ms = (uint64_t)atoll(argv[++k]);
+            cfg.timeout_ms = (uint64_t)arg_num("--timeout-ms", argv[++k], 1, 1e9, 1);
         } else if (!strcmp(argv[k], "--p50-ms") && k + 1 < argc) {
-            cfg.p50_ms = atof(argv[++k]);
+            cfg.p50_ms = arg_num("--p50-ms", argv[++k], 0, 1e9, 0);
         } else if (!strcmp(argv[k], "--p75-ms") && k + 1 < argc) {
-            cfg.p75_ms = atof(argv[++k]);
+            cfg.p75_ms = arg_num("--p75-ms", argv[++k], 0, 1e9, 0);
         } else if (!strcmp(argv[k], "--tick-ms") && k + 1 < argc) {
-            cfg.tick_ms = atof(argv[++k]);
+            cfg.tick_ms = arg_num("--tick-ms", argv[++k], 1e-6, 1e9, 0);
         } else if (!strcmp(argv[k], "--workers") && k + 1 < argc) {
-            cfg.workers = (uint32_t)atoi(argv[++k]);
+            cfg.workers = (uint32_t)arg_num("--workers", argv[++k], 0, 1024, 1);
         } else if (!strcmp(argv[k], "--purge-interval") && k + 1 < argc) {
             k++;
-            cfg.purge_interval = strcmp(argv[k], "never") ? strtoull(argv[k], NULL, 10)
-                                                          : UINT64_MAX;
+            cfg.purge_interval =
+                strcmp(argv[k], "never")
+                    ? (uint64_t)arg_num("--purge-interval", argv[k], 0, 1e15, 1)
+                    : UINT64_MAX;
         } else {
             fprintf(stderr, "usage: twheel-purgatory-bench [--quick] [--kafka] [--rates a,b]\n"
                             "  [--seconds S] [--keys K] [--key-space N] [--timeout-ms T]\n"
@@ -344,10 +366,6 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (cfg.keys < 1 || cfg.keys > 8)
-        cfg.keys = 3;
-    if (cfg.key_space < 1)
-        cfg.key_space = 100;
     char *name_buf = malloc((size_t)cfg.key_space * 16);
     key_names = malloc((size_t)cfg.key_space * sizeof(*key_names));
     if (!name_buf || !key_names) {
@@ -378,10 +396,21 @@ int main(int argc, char **argv)
     printf("%10s %12s %10s %12s %10s %10s %8s %8s %9s %9s %10s\n", "target/s", "achieved/s",
            "CPU us/req", "peak RSS MB", "completed", "expired", "watched", "missed", "late p99",
            "exp p99", "stale max");
+    /* every rate read before the first runs, so that a typo in the last
+     * is refused at once, not after the others have run */
+    double rates[64];
+    int nrates = 0;
     char *list = strdup(cfg.rates);
-    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","))
-        run(atof(tok));
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        if (nrates == 64) {
+            fprintf(stderr, "twheel-purgatory-bench: --rates takes at most 64 rates\n");
+            exit(2);
+        }
+        rates[nrates++] = arg_num("--rates", tok, 1, 1e9, 0);
+    }
     free(list);
+    for (int i = 0; i < nrates; i++)
+        run(rates[i]);
     free(key_names);
     free(name_buf);
     return 0;
