@@ -2194,6 +2194,18 @@ static void usage(void)
     exit(2);
 }
 
+/* An option's whole number from lo to hi, or the usage: atol read
+ * "--n 1e6" as 1 and ran W1 at N = 1. */
+static long whole_arg(const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi)
+        usage();
+    return (long)v;
+}
+
 static int is_backend(const char *s, size_t len)
 {
     int ok = is_name(s, len, be_twheel_threaded_at.name) || is_name(s, len, "floor");
@@ -2270,19 +2282,18 @@ int main(int argc, char **argv)
             cfg.backends = argv[++k];
         else if (!strcmp(argv[k], "--out") && k + 1 < argc)
             cfg.out = argv[++k];
-        else if (!strcmp(argv[k], "--reps") && k + 1 < argc &&
-                 atoi(argv[k + 1]) >= 1 && atoi(argv[k + 1]) <= 9)
-            cfg.reps = atoi(argv[++k]);
-        else if (!strcmp(argv[k], "--n") && k + 1 < argc && atol(argv[k + 1]) > 0)
-            cfg.w1_n = (size_t)atol(argv[++k]);
+        else if (!strcmp(argv[k], "--reps") && k + 1 < argc)
+            cfg.reps = (int)whole_arg(argv[++k], 1, 9);
+        else if (!strcmp(argv[k], "--n") && k + 1 < argc)
+            cfg.w1_n = (size_t)whole_arg(argv[++k], 1, 1000000000L);
         else if (!strcmp(argv[k], "--w2-emptied"))
             cfg.w2_emptied = 1;
         else if (!strcmp(argv[k], "--huge-pages"))
             bench_huge_pages = 1;
         else if (!strcmp(argv[k], "--callgrind") && k + 1 < argc)
-            cfg.callgrind_n = atol(argv[++k]);
+            cfg.callgrind_n = whole_arg(argv[++k], 1, 1000000000L);
         else if (!strcmp(argv[k], "--callgrind-w2") && k + 1 < argc)
-            cfg.callgrind_w2_n = atol(argv[++k]);
+            cfg.callgrind_w2_n = whole_arg(argv[++k], 1, 1000000000L);
         else
             usage();
     }
