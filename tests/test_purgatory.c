@@ -1764,6 +1764,81 @@ static void test_reaper_unschedulable_purges_inline(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* The same with threads: a threaded purgatory's timer held at its
+ * max_pending by holders' timeouts, and four threads submitting ops that
+ * complete on their second try, watched under three keys shared between
+ * them, so each submission makes a purge due and, the reaper having no
+ * room, runs a slice itself. Slices meet: only one at a time may run
+ * (the others leave the pass to it), which ThreadSanitizer, in CI's
+ * stage, would see broken as a race on the pass's place and pace. What
+ * is left stale at the end goes in one purge, and every op completed
+ * once, with no reference lost. */
+enum { INL_THREADS = 4, INL_OPS = 300, INL_HOLD = 4 };
+static struct req inl_reqs[INL_THREADS][INL_OPS];
+
+static void *inline_submitter(void *arg)
+{
+    int k = (int)(uintptr_t)arg;
+    for (int i = 0; i < INL_OPS; i++) {
+        struct req *r = &inl_reqs[k][i];
+        r->attempts_needed = 2;
+        tw_op *op;
+        if (tw_op_create(tp, &req_ops, r, 3600 * SEC, &op))
+            abort();
+        char n[3][8];
+        struct tw_key keys[3];
+        for (int j = 0; j < 3; j++)
+            keys[j] = (struct tw_key){ n[j], (size_t)snprintf(n[j], sizeof n[j], "s%d",
+                                                              (i + j * 7 + k) % 32) };
+        if (tw_purgatory_try_complete_else_watch(tp, op, keys, 3) != 1)
+            abort();
+        tw_op_release(op);
+    }
+    return NULL;
+}
+
+static void test_reaper_unschedulable_slices_meet(void **state)
+{
+    (void)state;
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.purge_interval = 1;
+    o.timer.workers = 0;
+    o.timer.shards = 1;
+    o.timer.max_pending = INL_HOLD;
+    assert_int_equal(tw_purgatory_create(&tp, &o), 0);
+    tw_timer *t = tw_purgatory_timer(tp);
+    struct req hr[INL_HOLD] = { 0 };
+    tw_op *hold[INL_HOLD];
+    struct tw_key h = KEY("hold");
+    for (int i = 0; i < INL_HOLD; i++) {
+        hold[i] = mk_op(tp, &hr[i], 3600 * SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(tp, hold[i], &h, 1), 0);
+    }
+    assert_int_equal(tw_pending(t), INL_HOLD); /* the bound */
+    memset(inl_reqs, 0, sizeof(inl_reqs));
+    pthread_t th[INL_THREADS];
+    for (int k = 0; k < INL_THREADS; k++)
+        assert_int_equal(pthread_create(&th[k], NULL, inline_submitter, (void *)(uintptr_t)k), 0);
+    for (int k = 0; k < INL_THREADS; k++)
+        pthread_join(th[k], NULL);
+    assert_int_equal(tw_pending(t), INL_HOLD); /* no reaper, no timeout */
+    /* every slice ran inline: some purged, and the rest goes now */
+    assert_true(tw_purgatory_watched(tp) < INL_HOLD + 3u * INL_THREADS * INL_OPS);
+    tw_purgatory_purge(tp);
+    assert_int_equal(tw_purgatory_watched(tp), INL_HOLD);
+    for (int k = 0; k < INL_THREADS; k++)
+        for (int i = 0; i < INL_OPS; i++) {
+            assert_int_equal(atomic_load(&inl_reqs[k][i].completed), 1);
+            assert_int_equal(atomic_load(&inl_reqs[k][i].expired), 0);
+        }
+    for (int i = 0; i < INL_HOLD; i++) {
+        assert_true(tw_op_force_complete(hold[i]));
+        tw_op_release(hold[i]);
+    }
+    tw_purgatory_destroy(tp, NULL, NULL);
+}
+
 /* Completions during a pass find the reaper's task queued and leave the
  * purge to it; those on lists the pass has gone by are still listed when
  * it ends, so the reaper looks once more then and, the purge being due
@@ -1808,6 +1883,41 @@ static void test_reaper_comes_back_after_its_pass(void **state)
     free(names);
     free(o);
     free(r);
+}
+
+/* A reaper that finds nothing due when it runs (a tw_purgatory_purge
+ * dropped what it was queued for) starts no pass, purging nothing that
+ * completed since, and does not come back: its task is gone, and an idle
+ * timer holds only the ops' timeouts. */
+static void test_reaper_with_nothing_due_stops(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    tw_purgatory *p = mk_one_shard(2, &a);
+    tw_timer *t = tw_purgatory_timer(p);
+    struct req r[3] = { 0 };
+    tw_op *x = mk_op(p, &r[0], 3600 * SEC), *y = mk_op(p, &r[1], 3600 * SEC),
+          *z = mk_op(p, &r[2], 3600 * SEC);
+    struct tw_key three[3] = { KEY("x1"), KEY("x2"), KEY("x3") }, ky = KEY("y"),
+                  kz = KEY("z");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, x, three, 3), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, y, &ky, 1), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, z, &kz, 1), 0);
+    assert_true(tw_op_force_complete(x)); /* 3 completed of 5: due */
+    assert_int_equal(tw_pending(t), 3);   /* y's and z's timeouts, the reaper */
+    assert_int_equal(tw_purgatory_purge(p), 3);
+    assert_true(tw_op_force_complete(y)); /* 1 completed of 2: not due */
+    assert_int_equal(tw_purgatory_watched(p), 2);
+    assert_int_equal(reap(p), 1);
+    assert_int_equal(tw_purgatory_watched(p), 2); /* y's entry kept */
+    assert_int_equal(tw_pending(t), 1);           /* z's timeout alone */
+    assert_int_equal(reap(p), 0);
+    assert_int_equal(atomic_load(&r[0].completed) + atomic_load(&r[1].completed), 2);
+    tw_op_release(x);
+    tw_op_release(y);
+    tw_op_release(z);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
 }
 
 /* A threaded purgatory's completions leave the purge to the reaper on
@@ -3285,7 +3395,9 @@ int main(void)
         cmocka_unit_test(test_purge_keeps_its_pace),
         cmocka_unit_test(test_threaded_reaper),
         cmocka_unit_test(test_reaper_unschedulable_purges_inline),
+        cmocka_unit_test(test_reaper_unschedulable_slices_meet),
         cmocka_unit_test(test_reaper_comes_back_after_its_pass),
+        cmocka_unit_test(test_reaper_with_nothing_due_stops),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
         cmocka_unit_test(test_walk_survives_cancel_key),
         cmocka_unit_test(test_walk_defers_compaction),
