@@ -1764,6 +1764,59 @@ static void test_reaper_unschedulable_purges_inline(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A pass that the reaper cannot run (no room under max_pending) goes on a
+ * slice a completion, even once the purge is no longer due: two holders
+ * keep 80,000 live entries (and the bound, with their timeouts), an op
+ * completed by its submission's second try makes 11,600 stale (due: an
+ * eighth of 91,600 is 11,450), and the slice that call runs itself
+ * (16,384 visits) drops some 600 of them (more than the 172 it takes),
+ * so the purge is no longer due, though the pass is unfinished. The next
+ * completion, one stale entry more, runs the pass's next slice and drops
+ * some 600 more. A fixed hash key makes the lists' order, and so these
+ * counts, the same from run to run. */
+static void test_unfinished_pass_goes_on(void **state)
+{
+    (void)state;
+    enum { H = 40000, B = 11600 };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.max_pending = 2;
+    o.shards = 1;
+    o.purge_interval = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    static const unsigned char hk[16] = { 7 };
+    assert_int_equal(tw_purgatory_set_hash_key(p, hk), 0);
+    char *names;
+    struct tw_key *keys = many_keys(2 * H + B + 1, &names);
+    struct req r[4] = { [2] = { .attempts_needed = 2 }, [3] = { .attempts_needed = 2 } };
+    tw_op *h1 = mk_op(p, &r[0], 3600 * SEC), *h2 = mk_op(p, &r[1], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h1, keys, H), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h2, keys + H, H), 0);
+    tw_op *b = mk_op(p, &r[2], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, keys + 2 * H, B), 1);
+    uint64_t w1 = tw_purgatory_watched(p);
+    assert_true(w1 < 2 * H + B && w1 > 2 * H + B - 16384); /* one slice */
+    assert_true(w1 - 2 * H < (w1 + 7) / 8);                /* no longer due */
+    tw_op *d = mk_op(p, &r[3], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, d, keys + 2 * H + B, 1), 1);
+    uint64_t w2 = tw_purgatory_watched(p);
+    assert_true(w2 < w1 && w2 > w1 - 16384); /* the pass's next slice */
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 2);
+    assert_int_equal(tw_purgatory_purge(p), w2 - 2 * H);
+    assert_int_equal(tw_purgatory_watched(p), 2 * H);
+    assert_true(tw_op_force_complete(h1));
+    assert_true(tw_op_force_complete(h2));
+    tw_op_release(h1);
+    tw_op_release(h2);
+    tw_op_release(b);
+    tw_op_release(d);
+    tw_purgatory_destroy(p, NULL, NULL);
+    free(keys);
+    free(names);
+}
+
 /* The same with threads: a threaded purgatory's timer held at its
  * max_pending by holders' timeouts, and four threads submitting ops that
  * complete on their second try, watched under three keys shared between
@@ -3396,6 +3449,7 @@ int main(void)
         cmocka_unit_test(test_threaded_reaper),
         cmocka_unit_test(test_reaper_unschedulable_purges_inline),
         cmocka_unit_test(test_reaper_unschedulable_slices_meet),
+        cmocka_unit_test(test_unfinished_pass_goes_on),
         cmocka_unit_test(test_reaper_comes_back_after_its_pass),
         cmocka_unit_test(test_reaper_with_nothing_due_stops),
         cmocka_unit_test(test_check_snapshot_alloc_failure),
