@@ -81,7 +81,7 @@ still differ there; the suites in those builds are not run here.
     TW_MUTANT_SETUP=-Dc_args=-U__linux__ python3 tests/mutants.py ...  # other systems' paths
     TW_MUTANT_FILES=headers python3 tests/mutants.py 100 28 0 1,2,3  # several sets, one build
     TW_MUTANT_LINES=src/wheel.c:303,src/timer.c:750 python3 tests/mutants.py 9 28 0 39  # these lines only
-    TW_MUTANT_SKIP=big python3 tests/mutants.py ...        # a suite left out too (a 90 s one)
+    TW_MUTANT_SKIP=big python3 tests/mutants.py ...        # a suite left out too (2 minutes)
 
 Each mutant tried prints one line: its number in the draw, its set (when
 SET lists several), the result, file:line:col of the change (the column
@@ -865,7 +865,7 @@ def main():
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 69
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 28
     start = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    # every suite but `big` takes ~20 s here (`big` alone 90 s): a mutant
+    # every suite but `big` takes ~20 s here (`big` 90 to 120): a mutant
     # still running after the limit (TW_MUTANT_TIMEOUT seconds, 240 unless
     # set) is taken for a hang
     limit = int(os.environ.get('TW_MUTANT_TIMEOUT', '240'))
@@ -882,8 +882,8 @@ def main():
     only = set(filter(None, os.environ.get('TW_MUTANT_LINES', '').split(',')))
     files = os.environ.get('TW_MUTANT_FILES', '')
     # TW_MUTANT_SKIP: more suites to leave out, comma-separated: `big`
-    # (90 s here, a key of 2 GiB hashed again and again) where the lines
-    # drawn hold no key's length
+    # (90 to 120 s here, keys of 2 and 4 GiB copied and hashed) where
+    # the lines drawn hold no key's length
     skip = [a for x in filter(None, os.environ.get('TW_MUTANT_SKIP', '').split(','))
             for a in ('--no-suite', x)]
     if files:
