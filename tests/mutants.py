@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation check: can the suites fail? Not run by CI (10 to 60 s a mutant).
+"""Mutation check: can the suites fail? Not run by CI (20 s to 2 min a mutant).
 
 Each mutant changes one operator of a line of code in src/ (the line's
 first of its set's: set 1, the default, comparisons and off-by-ones, <= to
