@@ -1826,7 +1826,7 @@ static void test_unfinished_pass_goes_on(void **state)
  * stage, would see broken as a race on the pass's place and pace. What
  * is left stale at the end goes in one purge, and every op completed
  * once, with no reference lost. */
-enum { INL_THREADS = 4, INL_OPS = 300, INL_HOLD = 4 };
+enum { INL_THREADS = 4, INL_OPS = 1000, INL_HOLD = 4 };
 static struct req inl_reqs[INL_THREADS][INL_OPS];
 
 static void *inline_submitter(void *arg)
