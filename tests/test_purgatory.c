@@ -1817,15 +1817,15 @@ static void test_unfinished_pass_goes_on(void **state)
     free(names);
 }
 
-/* The same with threads: a threaded purgatory's timer held at its
- * max_pending by holders' timeouts, and four threads submitting ops that
- * complete on their second try, watched under three keys shared between
- * them, so each submission makes a purge due and, the reaper having no
- * room, runs a slice itself. Slices meet: only one at a time may run
- * (the others leave the pass to it), which ThreadSanitizer, in CI's
- * stage, would see broken as a race on the pass's place and pace. What
- * is left stale at the end goes in one purge, and every op completed
- * once, with no reference lost. */
+/* test_reaper_unschedulable_purges_inline with threads: a threaded
+ * purgatory's timer held at its max_pending by holders' timeouts, and
+ * four threads submitting ops that complete on their second try, watched
+ * under three keys shared between them, so each submission makes a
+ * purge due and, the reaper having no room, runs a slice itself. Slices
+ * meet: only one at a time may run (the others leave the pass to it),
+ * which ThreadSanitizer, in CI's stage, would see broken as a race on
+ * the pass's place and pace. What is left stale at the end goes in one
+ * purge, and every op completed once, with no reference lost. */
 enum { INL_THREADS = 4, INL_OPS = 1000, INL_HOLD = 4 };
 static struct req inl_reqs[INL_THREADS][INL_OPS];
 
