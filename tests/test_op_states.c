@@ -3,8 +3,8 @@
  * words handed out once each and reused, the table's growth (chunks and
  * its directory) and what it allocates, each allocation refused in turn
  * with nothing changed, the table outliving its creator while words are
- * out, and threads taking and giving back words at once (ThreadSanitizer
- * in CI). */
+ * out, threads taking and giving back words at once (ThreadSanitizer
+ * in CI), and two threads that find a new table empty at once. */
 #include "helpers.h"
 
 #include <pthread.h>
@@ -221,6 +221,60 @@ static void test_threads_take_and_give_back_at_once(void **state)
     free(r);
 }
 
+/* Two threads that find a new table empty at once: each spins until the
+ * other is there, then takes a word. One adds the first chunk under the
+ * table's mutex; the other, having found the stack empty too, waits
+ * there and pops a word of that chunk. Each gets a word (0, not an
+ * error), the two differ, and only one chunk was added. The threads meet
+ * in most rounds on two CPUs or more, so a round that does not (one got
+ * there first) costs nothing but its time. */
+#define MEET_ROUNDS 500
+
+struct meet {
+    struct tw__states *t;
+    _Atomic int ready;
+};
+
+struct taker {
+    struct meet *m;
+    int rc;
+    uint32_t idx;
+};
+
+static void *meet_taker(void *arg)
+{
+    struct taker *me = arg;
+    atomic_fetch_add(&me->m->ready, 1);
+    while (atomic_load(&me->m->ready) < 2)
+        ;
+    me->rc = tw__state_get(me->m->t, &me->idx);
+    return NULL;
+}
+
+static void test_first_takers_meet_at_the_lock(void **state)
+{
+    (void)state;
+    for (int round = 0; round < MEET_ROUNDS; round++) {
+        struct count_alloc a = { 0 };
+        struct meet m = { .t = mk(&a) };
+        struct taker tk[2] = { { &m, -1, 0 }, { &m, -1, 0 } };
+        pthread_t th[2];
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(pthread_create(&th[k], NULL, meet_taker, &tk[k]), 0);
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(pthread_join(th[k], NULL), 0);
+        assert_int_equal(tk[0].rc, 0);
+        assert_int_equal(tk[1].rc, 0);
+        assert_int_not_equal(tk[0].idx, tk[1].idx);
+        assert_true(tk[0].idx < CHUNK && tk[1].idx < CHUNK);
+        assert_int_equal(a.live, 2 + 1); /* the table, its directory, one chunk */
+        tw__state_put(m.t, tk[0].idx);
+        tw__state_put(m.t, tk[1].idx);
+        tw__states_release(m.t);
+        assert_int_equal(a.live, 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -228,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_table_outlives_its_creator),
         cmocka_unit_test(test_refused_allocations_change_nothing),
         cmocka_unit_test(test_threads_take_and_give_back_at_once),
+        cmocka_unit_test(test_first_takers_meet_at_the_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
