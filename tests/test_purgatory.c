@@ -1817,69 +1817,23 @@ static void test_unfinished_pass_goes_on(void **state)
     free(names);
 }
 
-/* An allocator that, once armed, takes every place left on the
- * purgatory's timer at its next free, then disarms: the deterministic
- * stand-in for another thread scheduling onto a threaded purgatory's timer
- * while the reaper's slice runs (a slice frees what it drops). */
-struct fill_alloc {
-    struct count_alloc a;
-    tw_timer *t;
-    bool armed;
-    int filled;
-    tw_id ids[4];
-};
-
-static void *fill_alloc_fn(void *ctx, size_t size)
-{
-    return count_alloc_fn(&((struct fill_alloc *)ctx)->a, size);
-}
-
-static void fill_free_fn(void *ctx, void *ptr)
-{
-    struct fill_alloc *f = ctx;
-    count_free_fn(&f->a, ptr);
-    if (!f->armed)
-        return;
-    f->armed = false;
-    while (f->filled < 4 && tw_schedule(f->t, 3600 * SEC, noop_fn, NULL, &f->ids[f->filled]) == 0)
-        f->filled++;
-}
-
-/* Arms the allocator: runs in the advance that runs the reaper, just
- * before it (scheduled first, at the same time). */
-static void arm_fn(tw_timer *t, tw_id id, void *arg)
-{
-    (void)t;
-    (void)id;
-    ((struct fill_alloc *)arg)->armed = true;
-}
-
-/* test_unfinished_pass_goes_on's layout, with room for the reaper: two
- * holders' timeouts, a user's task and the reaper reach max_pending (4).
- * The op completed by its submission's second try makes the purge due and
- * queues the reaper, and one advance runs the user's task, then the
- * reaper. With `fill`, the timer's last two places are taken while the
- * reaper's slice runs, which leaves the pass unfinished (the purge no
- * longer due), so the reaper cannot come back: its last look finds the
- * pass under way, fails to queue the reaper again, and runs the pass's
- * next slice itself, so that the pass does not wait for a completion.
- * Sets what is left listed after the advance, and after a second one
- * (which runs the reaper's next slice, where it came back). */
-static void last_look_run(bool fill, uint64_t *after1, uint64_t *after2)
+/* test_unfinished_pass_goes_on's layout (two holders' 80,000 live
+ * entries, an op completed by its submission's second try making 11,600
+ * stale) on a manual timer with room for the reaper: sets what is left
+ * listed after the reaper's first slice, and after its second. */
+static void reaper_with_room(uint64_t *after1, uint64_t *after2)
 {
     enum { H = 40000, B = 11600 };
-    struct fill_alloc f = { 0 };
+    struct count_alloc a = { 0 };
     struct tw_purgatory_options o;
     tw_purgatory_options_init(&o);
     o.timer = manual_opts(&pclock, 0, MS, 64);
-    o.timer.allocator = (struct tw_allocator){ fill_alloc_fn, fill_free_fn, &f };
-    o.timer.max_pending = 4;
+    o.timer.allocator = counting(&a);
     o.shards = 1;
     o.purge_interval = 1;
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
     tw_timer *t = tw_purgatory_timer(p);
-    f.t = t;
     static const unsigned char hk[16] = { 7 };
     assert_int_equal(tw_purgatory_set_hash_key(p, hk), 0);
     char *names;
@@ -1888,26 +1842,17 @@ static void last_look_run(bool fill, uint64_t *after1, uint64_t *after2)
     tw_op *h1 = mk_op(p, &r[0], 3600 * SEC), *h2 = mk_op(p, &r[1], 3600 * SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, h1, keys, H), 0);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, h2, keys + H, H), 0);
-    assert_int_equal(tw_schedule(t, 0, fill ? arm_fn : noop_fn, &f, NULL), 0);
     tw_op *b = mk_op(p, &r[2], 3600 * SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, keys + 2 * H, B), 1);
     assert_int_equal(tw_purgatory_watched(p), 2 * H + B); /* left to the reaper */
-    assert_int_equal(tw_pending(t), 4);
-    assert_int_equal(reap(p), 2); /* the user's task, then the reaper */
+    assert_int_equal(reap(p), 1);
     *after1 = tw_purgatory_watched(p);
     assert_true(*after1 < 2 * H + B);
     assert_true(*after1 - 2 * H < (*after1 + 7) / 8); /* no longer due */
-    if (fill) {
-        assert_int_equal(f.filled, 2);
-        assert_int_equal(tw_pending(t), 4); /* no room left */
-        assert_int_equal(reap(p), 0); /* it did not come back */
-        for (int i = 0; i < f.filled; i++)
-            assert_int_equal(tw_cancel(t, f.ids[i]), 0);
-    } else {
-        assert_int_equal(tw_pending(t), 3); /* the reaper came back */
-        assert_int_equal(reap(p), 1);
-    }
+    assert_int_equal(tw_pending(t), 3);               /* the reaper came back */
+    assert_int_equal(reap(p), 1);
     *after2 = tw_purgatory_watched(p);
+    assert_true(*after2 < *after1);
     tw_purgatory_purge(p);
     assert_int_equal(tw_purgatory_watched(p), 2 * H);
     assert_true(tw_op_force_complete(h1));
@@ -1916,23 +1861,150 @@ static void last_look_run(bool fill, uint64_t *after1, uint64_t *after2)
     tw_op_release(h2);
     tw_op_release(b);
     tw_purgatory_destroy(p, NULL, NULL);
-    assert_int_equal(f.a.live, 0);
+    assert_int_equal(a.live, 0);
     free(keys);
     free(names);
 }
 
-/* The fixed hash key gives both runs the same lists in the same order:
- * the advance whose reaper found no room ran two slices, the reaper's and
- * its last look's, as many as the reaper with room runs in two advances. */
+/* A thread-safe counting allocator that, once armed, holds the first
+ * free made on a thread other than the test's (the driver's: the
+ * reaper's slice frees what it drops) until the test lets it go, so that
+ * the test can act while the reaper's callback runs. It calls nothing of
+ * twheel's: an allocator must not call back into its timer. */
+struct hold_alloc {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct count_alloc a;
+    pthread_t test;
+    bool armed, held, go;
+};
+
+static void *hold_alloc_fn(void *ctx, size_t size)
+{
+    struct hold_alloc *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    void *ptr = count_alloc_fn(&h->a, size);
+    pthread_mutex_unlock(&h->mu);
+    return ptr;
+}
+
+static void hold_free_fn(void *ctx, void *ptr)
+{
+    struct hold_alloc *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    count_free_fn(&h->a, ptr);
+    if (h->armed && !pthread_equal(pthread_self(), h->test)) {
+        h->armed = false;
+        h->held = true;
+        pthread_cond_broadcast(&h->cv);
+        while (!h->go)
+            pthread_cond_wait(&h->cv, &h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void mark_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    atomic_store((_Atomic int *)arg, 1);
+}
+
+/* The same layout on a threaded purgatory (callbacks on the driver, a
+ * clock that stands still) whose timer holds at most 4 tasks: the two
+ * holders' timeouts and the reaper leave one place. While the reaper's
+ * first slice is held in the allocator, its task already off the timer,
+ * the test takes every place left: a marker due at once, and a task an
+ * hour out. So the slice leaves the pass unfinished (the purge no longer
+ * due), and the reaper cannot come back: its last look finds the pass
+ * under way, fails to queue the reaper again, and runs the pass's next
+ * slice itself, so that the pass does not wait for a completion. The
+ * marker runs after the reaper's callback has returned. Returns what is
+ * left listed then. */
+static uint64_t reaper_without_room(void)
+{
+    enum { H = 40000, B = 11600 };
+    struct hold_alloc h = { .test = pthread_self() };
+    assert_int_equal(pthread_mutex_init(&h.mu, NULL), 0);
+    assert_int_equal(pthread_cond_init(&h.cv, NULL), 0);
+    struct atomic_clock c;
+    atomic_store(&c.now, fake_start());
+    atomic_store(&c.reads, 0);
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer.clock = atomic_clock_read;
+    o.timer.clock_ctx = &c;
+    o.timer.workers = 0;
+    o.timer.shards = 1;
+    o.timer.max_pending = 4;
+    o.timer.allocator = (struct tw_allocator){ hold_alloc_fn, hold_free_fn, &h };
+    o.shards = 1;
+    o.purge_interval = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    tw_timer *t = tw_purgatory_timer(p);
+    static const unsigned char hk[16] = { 7 };
+    assert_int_equal(tw_purgatory_set_hash_key(p, hk), 0);
+    char *names;
+    struct tw_key *keys = many_keys(2 * H + B, &names);
+    struct req r[3] = { [2] = { .attempts_needed = 2 } };
+    tw_op *h1 = mk_op(p, &r[0], 3600 * SEC), *h2 = mk_op(p, &r[1], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h1, keys, H), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h2, keys + H, H), 0);
+    pthread_mutex_lock(&h.mu);
+    h.armed = true;
+    pthread_mutex_unlock(&h.mu);
+    tw_op *b = mk_op(p, &r[2], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, keys + 2 * H, B), 1);
+    pthread_mutex_lock(&h.mu);
+    while (!h.held)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    _Atomic int marked = 0;
+    tw_id fill[4];
+    int n = 0;
+    assert_int_equal(tw_schedule(t, 0, mark_fn, (void *)&marked, NULL), 0);
+    while (n < 4 && tw_schedule(t, 3600 * SEC, noop_fn, NULL, &fill[n]) == 0)
+        n++;
+    assert_int_equal(n, 1); /* the reaper's place was free: it was running */
+    assert_int_equal(tw_pending(t), 4);
+    pthread_mutex_lock(&h.mu);
+    h.go = true;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    while (!atomic_load(&marked))
+        sched_yield();
+    uint64_t after = tw_purgatory_watched(p);
+    /* the marker gone; the reaper did not come back */
+    assert_int_equal(tw_pending(t), 3);
+    assert_int_equal(tw_cancel(t, fill[0]), 0);
+    tw_purgatory_purge(p);
+    assert_int_equal(tw_purgatory_watched(p), 2 * H);
+    assert_true(tw_op_force_complete(h1));
+    assert_true(tw_op_force_complete(h2));
+    tw_op_release(h1);
+    tw_op_release(h2);
+    tw_op_release(b);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(h.a.live, 0);
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
+    free(keys);
+    free(names);
+    return after;
+}
+
+/* The fixed hash key gives both purgatories the same lists in the same
+ * order: the reaper with no room to come back ran two slices in its one
+ * callback, as many as the reaper with room runs in two. */
 static void test_reaper_last_look_goes_on(void **state)
 {
     (void)state;
-    uint64_t full1, full2, room1, room2;
-    last_look_run(true, &full1, &full2);
-    last_look_run(false, &room1, &room2);
-    assert_true(full1 < room1);
-    assert_int_equal(full1, room2);
-    assert_int_equal(full2, full1); /* nothing ran since */
+    uint64_t room1, room2;
+    reaper_with_room(&room1, &room2);
+    uint64_t full = reaper_without_room();
+    assert_true(full < room1);
+    assert_int_equal(full, room2);
 }
 
 /* test_reaper_unschedulable_purges_inline with threads: a threaded
