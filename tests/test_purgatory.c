@@ -1764,6 +1764,57 @@ static void test_reaper_unschedulable_purges_inline(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* The layout of the tests of a pass left unfinished: under a fixed hash
+ * key (the lists' order, and so what each slice drops, the same from run
+ * to run), two holders keep PASS_H live entries each, and b, which its
+ * submission's second try completes (pass_layout_complete_b), makes
+ * PASS_B stale: an eighth of all, just, so a purge is due. One key more
+ * is left over. */
+enum { PASS_H = 40000, PASS_B = 11600 };
+
+struct pass_layout {
+    char *names;
+    struct tw_key *keys;
+    struct req r[3];
+    tw_op *h1, *h2, *b;
+};
+
+static void pass_layout_make(tw_purgatory *p, struct pass_layout *l)
+{
+    static const unsigned char hk[16] = { 7 };
+    assert_int_equal(tw_purgatory_set_hash_key(p, hk), 0);
+    memset(l->r, 0, sizeof(l->r));
+    l->r[2].attempts_needed = 2;
+    l->keys = many_keys(2 * PASS_H + PASS_B + 1, &l->names);
+    l->h1 = mk_op(p, &l->r[0], 3600 * SEC);
+    l->h2 = mk_op(p, &l->r[1], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, l->h1, l->keys, PASS_H), 0);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, l->h2, l->keys + PASS_H, PASS_H), 0);
+    l->b = mk_op(p, &l->r[2], 3600 * SEC);
+}
+
+static void pass_layout_complete_b(tw_purgatory *p, struct pass_layout *l)
+{
+    assert_int_equal(
+        tw_purgatory_try_complete_else_watch(p, l->b, l->keys + 2 * PASS_H, PASS_B), 1);
+}
+
+/* Purges what is left stale (returns how much), then completes the
+ * holders and lets go of everything. */
+static size_t pass_layout_end(tw_purgatory *p, struct pass_layout *l)
+{
+    size_t purged = tw_purgatory_purge(p);
+    assert_int_equal(tw_purgatory_watched(p), 2 * PASS_H);
+    assert_true(tw_op_force_complete(l->h1));
+    assert_true(tw_op_force_complete(l->h2));
+    tw_op_release(l->h1);
+    tw_op_release(l->h2);
+    tw_op_release(l->b);
+    free(l->keys);
+    free(l->names);
+    return purged;
+}
+
 /* A pass that the reaper cannot run (no room under max_pending) goes on a
  * slice a completion, even once the purge is no longer due: two holders
  * keep 80,000 live entries (and the bound, with their timeouts), an op
@@ -1777,7 +1828,7 @@ static void test_reaper_unschedulable_purges_inline(void **state)
 static void test_unfinished_pass_goes_on(void **state)
 {
     (void)state;
-    enum { H = 40000, B = 11600 };
+    enum { H = PASS_H, B = PASS_B };
     struct tw_purgatory_options o;
     tw_purgatory_options_init(&o);
     o.timer = manual_opts(&pclock, 0, MS, 64);
@@ -1786,44 +1837,28 @@ static void test_unfinished_pass_goes_on(void **state)
     o.purge_interval = 1;
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
-    static const unsigned char hk[16] = { 7 };
-    assert_int_equal(tw_purgatory_set_hash_key(p, hk), 0);
-    char *names;
-    struct tw_key *keys = many_keys(2 * H + B + 1, &names);
-    struct req r[4] = { [2] = { .attempts_needed = 2 }, [3] = { .attempts_needed = 2 } };
-    tw_op *h1 = mk_op(p, &r[0], 3600 * SEC), *h2 = mk_op(p, &r[1], 3600 * SEC);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h1, keys, H), 0);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h2, keys + H, H), 0);
-    tw_op *b = mk_op(p, &r[2], 3600 * SEC);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, keys + 2 * H, B), 1);
+    struct pass_layout l;
+    pass_layout_make(p, &l);
+    pass_layout_complete_b(p, &l);
     uint64_t w1 = tw_purgatory_watched(p);
     assert_true(w1 < 2 * H + B && w1 > 2 * H + B - 16384); /* one slice */
     assert_true(w1 - 2 * H < (w1 + 7) / 8);                /* no longer due */
-    tw_op *d = mk_op(p, &r[3], 3600 * SEC);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, d, keys + 2 * H + B, 1), 1);
+    struct req rd = { .attempts_needed = 2 };
+    tw_op *d = mk_op(p, &rd, 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, d, l.keys + 2 * H + B, 1), 1);
     uint64_t w2 = tw_purgatory_watched(p);
     assert_true(w2 < w1 && w2 > w1 - 16384); /* the pass's next slice */
     assert_int_equal(tw_pending(tw_purgatory_timer(p)), 2);
-    assert_int_equal(tw_purgatory_purge(p), w2 - 2 * H);
-    assert_int_equal(tw_purgatory_watched(p), 2 * H);
-    assert_true(tw_op_force_complete(h1));
-    assert_true(tw_op_force_complete(h2));
-    tw_op_release(h1);
-    tw_op_release(h2);
-    tw_op_release(b);
+    assert_int_equal(pass_layout_end(p, &l), w2 - 2 * H);
     tw_op_release(d);
     tw_purgatory_destroy(p, NULL, NULL);
-    free(keys);
-    free(names);
 }
 
-/* test_unfinished_pass_goes_on's layout (two holders' 80,000 live
- * entries, an op completed by its submission's second try making 11,600
- * stale) on a manual timer with room for the reaper: sets what is left
- * listed after the reaper's first slice, and after its second. */
+/* The pass layout on a manual timer with room for the reaper: sets what
+ * is left listed after the reaper's first slice, and after its second. */
 static void reaper_with_room(uint64_t *after1, uint64_t *after2)
 {
-    enum { H = 40000, B = 11600 };
+    enum { H = PASS_H, B = PASS_B };
     struct count_alloc a = { 0 };
     struct tw_purgatory_options o;
     tw_purgatory_options_init(&o);
@@ -1833,37 +1868,21 @@ static void reaper_with_room(uint64_t *after1, uint64_t *after2)
     o.purge_interval = 1;
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
-    tw_timer *t = tw_purgatory_timer(p);
-    static const unsigned char hk[16] = { 7 };
-    assert_int_equal(tw_purgatory_set_hash_key(p, hk), 0);
-    char *names;
-    struct tw_key *keys = many_keys(2 * H + B, &names);
-    struct req r[3] = { [2] = { .attempts_needed = 2 } };
-    tw_op *h1 = mk_op(p, &r[0], 3600 * SEC), *h2 = mk_op(p, &r[1], 3600 * SEC);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h1, keys, H), 0);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h2, keys + H, H), 0);
-    tw_op *b = mk_op(p, &r[2], 3600 * SEC);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, keys + 2 * H, B), 1);
+    struct pass_layout l;
+    pass_layout_make(p, &l);
+    pass_layout_complete_b(p, &l);
     assert_int_equal(tw_purgatory_watched(p), 2 * H + B); /* left to the reaper */
     assert_int_equal(reap(p), 1);
     *after1 = tw_purgatory_watched(p);
     assert_true(*after1 < 2 * H + B);
     assert_true(*after1 - 2 * H < (*after1 + 7) / 8); /* no longer due */
-    assert_int_equal(tw_pending(t), 3);               /* the reaper came back */
+    assert_int_equal(tw_pending(tw_purgatory_timer(p)), 3); /* the reaper came back */
     assert_int_equal(reap(p), 1);
     *after2 = tw_purgatory_watched(p);
     assert_true(*after2 < *after1);
-    tw_purgatory_purge(p);
-    assert_int_equal(tw_purgatory_watched(p), 2 * H);
-    assert_true(tw_op_force_complete(h1));
-    assert_true(tw_op_force_complete(h2));
-    tw_op_release(h1);
-    tw_op_release(h2);
-    tw_op_release(b);
+    pass_layout_end(p, &l);
     tw_purgatory_destroy(p, NULL, NULL);
     assert_int_equal(a.live, 0);
-    free(keys);
-    free(names);
 }
 
 /* A thread-safe counting allocator that, once armed, holds the first
@@ -1923,7 +1942,6 @@ static void mark_fn(tw_timer *t, tw_id id, void *arg)
  * left listed then. */
 static uint64_t reaper_without_room(void)
 {
-    enum { H = 40000, B = 11600 };
     struct hold_alloc h = { .test = pthread_self() };
     assert_int_equal(pthread_mutex_init(&h.mu, NULL), 0);
     assert_int_equal(pthread_cond_init(&h.cv, NULL), 0);
@@ -1943,19 +1961,12 @@ static uint64_t reaper_without_room(void)
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
     tw_timer *t = tw_purgatory_timer(p);
-    static const unsigned char hk[16] = { 7 };
-    assert_int_equal(tw_purgatory_set_hash_key(p, hk), 0);
-    char *names;
-    struct tw_key *keys = many_keys(2 * H + B, &names);
-    struct req r[3] = { [2] = { .attempts_needed = 2 } };
-    tw_op *h1 = mk_op(p, &r[0], 3600 * SEC), *h2 = mk_op(p, &r[1], 3600 * SEC);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h1, keys, H), 0);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, h2, keys + H, H), 0);
+    struct pass_layout l;
+    pass_layout_make(p, &l);
     pthread_mutex_lock(&h.mu);
     h.armed = true;
     pthread_mutex_unlock(&h.mu);
-    tw_op *b = mk_op(p, &r[2], 3600 * SEC);
-    assert_int_equal(tw_purgatory_try_complete_else_watch(p, b, keys + 2 * H, B), 1);
+    pass_layout_complete_b(p, &l);
     pthread_mutex_lock(&h.mu);
     while (!h.held)
         pthread_cond_wait(&h.cv, &h.mu);
@@ -1978,19 +1989,11 @@ static uint64_t reaper_without_room(void)
     /* the marker gone; the reaper did not come back */
     assert_int_equal(tw_pending(t), 3);
     assert_int_equal(tw_cancel(t, fill[0]), 0);
-    tw_purgatory_purge(p);
-    assert_int_equal(tw_purgatory_watched(p), 2 * H);
-    assert_true(tw_op_force_complete(h1));
-    assert_true(tw_op_force_complete(h2));
-    tw_op_release(h1);
-    tw_op_release(h2);
-    tw_op_release(b);
+    pass_layout_end(p, &l);
     tw_purgatory_destroy(p, NULL, NULL);
     assert_int_equal(h.a.live, 0);
     pthread_cond_destroy(&h.cv);
     pthread_mutex_destroy(&h.mu);
-    free(keys);
-    free(names);
     return after;
 }
 
