@@ -21,16 +21,39 @@ static struct tw__states *mk(struct count_alloc *a)
     return t;
 }
 
+/* The counting allocator, with the size of each allocation in turn. */
+struct size_log {
+    struct count_alloc a;
+    size_t size[16];
+    int n;
+};
+
+static void *size_log_fn(void *ctx, size_t size)
+{
+    struct size_log *l = ctx;
+    if (l->n < 16)
+        l->size[l->n++] = size;
+    return count_alloc_fn(&l->a, size);
+}
+
+static void size_log_free(void *ctx, void *ptr)
+{
+    count_free_fn(&((struct size_log *)ctx)->a, ptr);
+}
+
 /* Five chunks' words, each handed out once and reading 0; each its own
  * (a value written to one shows in no other); the fifth chunk doubles the
- * directory (the first holds four), the old one kept; given back and
- * taken again, no allocation, the last given back the first taken. */
+ * directory (the first holds four: the second is four pointers larger),
+ * the old one kept; given back and taken again, no allocation, the last
+ * given back the first taken. */
 static void test_words_once_each_then_reused(void **state)
 {
     (void)state;
-    struct count_alloc a = { 0 };
-    struct tw__states *t = mk(&a);
-    assert_int_equal(a.live, 2); /* the table and its directory */
+    struct size_log log = { 0 };
+    struct tw_allocator al = { size_log_fn, size_log_free, &log };
+    struct tw__states *t;
+    assert_int_equal(tw__states_create(&t, &al), 0);
+    assert_int_equal(log.a.live, 2); /* the table and its directory */
     const uint32_t n = 5 * CHUNK;
     uint32_t *idx = malloc(n * sizeof(*idx));
     unsigned char *seen = calloc(n, 1);
@@ -45,8 +68,13 @@ static void test_words_once_each_then_reused(void **state)
     }
     for (uint32_t i = 0; i < n; i++)
         assert_int_equal(atomic_load(tw__state_word(t, idx[i])), i + 7);
-    assert_int_equal(a.live, 1 + 2 + 5); /* the table, two directories, five chunks */
-    long allocs = a.allocs;
+    assert_int_equal(log.a.live, 1 + 2 + 5); /* the table, two directories, five chunks */
+    /* the table, its directory, four chunks, the fifth, then its directory */
+    assert_int_equal(log.n, 8);
+    for (int k = 2; k < 7; k++)
+        assert_int_equal(log.size[k], CHUNK * sizeof(uint32_t));
+    assert_int_equal(log.size[7], log.size[1] + 4 * sizeof(void *));
+    long allocs = log.a.allocs;
     for (uint32_t i = 0; i < n; i++)
         tw__state_put(t, idx[i]);
     uint32_t again;
@@ -59,12 +87,12 @@ static void test_words_once_each_then_reused(void **state)
         assert_int_equal(tw__state_get(t, &idx[i]), 0);
         assert_int_equal(seen[idx[i]]++, 0);
     }
-    assert_int_equal(a.allocs, allocs);
+    assert_int_equal(log.a.allocs, allocs);
     idx[0] = again;
     for (uint32_t i = 0; i < n; i++)
         tw__state_put(t, idx[i]);
     tw__states_release(t);
-    assert_int_equal(a.live, 0);
+    assert_int_equal(log.a.live, 0);
     free(idx);
     free(seen);
 }
