@@ -1815,6 +1815,28 @@ static size_t pass_layout_end(tw_purgatory *p, struct pass_layout *l)
     return purged;
 }
 
+/* A manual purgatory of one watch shard, purging whenever an eighth is
+ * stale, its timer bounded by max_pending (0: none) and allocating
+ * through a (NULL: the default), holding the pass layout with b
+ * completed. */
+static tw_purgatory *pass_manual(uint64_t max_pending, struct count_alloc *a,
+                                 struct pass_layout *l)
+{
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.max_pending = max_pending;
+    if (a)
+        o.timer.allocator = counting(a);
+    o.shards = 1;
+    o.purge_interval = 1;
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    pass_layout_make(p, l);
+    pass_layout_complete_b(p, l);
+    return p;
+}
+
 /* A pass that the reaper cannot run (no room under max_pending) goes on a
  * slice a completion, even once the purge is no longer due: two holders
  * keep 80,000 live entries (and the bound, with their timeouts), an op
@@ -1829,17 +1851,8 @@ static void test_unfinished_pass_goes_on(void **state)
 {
     (void)state;
     enum { H = PASS_H, B = PASS_B };
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.timer = manual_opts(&pclock, 0, MS, 64);
-    o.timer.max_pending = 2;
-    o.shards = 1;
-    o.purge_interval = 1;
-    tw_purgatory *p;
-    assert_int_equal(tw_purgatory_create(&p, &o), 0);
     struct pass_layout l;
-    pass_layout_make(p, &l);
-    pass_layout_complete_b(p, &l);
+    tw_purgatory *p = pass_manual(2, NULL, &l);
     uint64_t w1 = tw_purgatory_watched(p);
     assert_true(w1 < 2 * H + B && w1 > 2 * H + B - 16384); /* one slice */
     assert_true(w1 - 2 * H < (w1 + 7) / 8);                /* no longer due */
@@ -1860,17 +1873,8 @@ static void reaper_with_room(uint64_t *after1, uint64_t *after2)
 {
     enum { H = PASS_H, B = PASS_B };
     struct count_alloc a = { 0 };
-    struct tw_purgatory_options o;
-    tw_purgatory_options_init(&o);
-    o.timer = manual_opts(&pclock, 0, MS, 64);
-    o.timer.allocator = counting(&a);
-    o.shards = 1;
-    o.purge_interval = 1;
-    tw_purgatory *p;
-    assert_int_equal(tw_purgatory_create(&p, &o), 0);
     struct pass_layout l;
-    pass_layout_make(p, &l);
-    pass_layout_complete_b(p, &l);
+    tw_purgatory *p = pass_manual(0, &a, &l);
     assert_int_equal(tw_purgatory_watched(p), 2 * H + B); /* left to the reaper */
     assert_int_equal(reap(p), 1);
     *after1 = tw_purgatory_watched(p);
