@@ -270,6 +270,37 @@ static void test_compaction_moves_no_more_than_it_counted(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A compaction of a held list that finds nothing to drop changes
+ * nothing: no limbo (not even an empty one) and no turn of the epoch.
+ * Turned, the walker out would count as the epoch before's, and the list
+ * would hold an empty limbo until it left: a compaction meanwhile, with
+ * an op to drop, would be refused (limbo is held), and the op would stay
+ * listed. The watchers.c guard: compact_some's `!k`. */
+static void test_held_compaction_with_nothing_to_drop_turns_nothing(void **state)
+{
+    (void)state;
+    tw_purgatory *p = manual_purgatory();
+    tw_op *a = watching_key(p), *b = watching_key(p);
+    tw_op *buf[4], **got;
+    struct tw__pin pin;
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, 4, &got, &pin), 2);
+    unsigned epoch = pin.w->epoch;
+    assert_int_equal(tw_purgatory_purge(p), 0); /* nothing completed */
+    assert_null(pin.w->limbo);
+    assert_int_equal(pin.w->epoch, epoch);
+    assert_true(tw_op_force_complete(a));
+    assert_int_equal(tw_purgatory_purge(p), 1); /* a goes, to limbo */
+    assert_int_equal(pin.w->nlimbo, 1);
+    assert_int_equal(pin.w->epoch, epoch ^ 1);
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    tw__unpin(p, &pin); /* the epoch's last walker: limbo let go */
+    assert_null(pin.w->limbo);
+    assert_int_equal(tw_purgatory_watched(p), 1);
+    tw_op_release(a);
+    tw_op_release(b);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* Key "key"'s list, and where a purge's cursor finds it. */
 static struct tw__watcher *find_list(tw_purgatory *p, uint32_t *shard, uint32_t *bucket,
                                      uint32_t *chain)
@@ -600,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_event_with_nothing_to_try_removes_the_list),
         cmocka_unit_test(test_purge_keeps_an_emptied_list_a_walker_holds),
         cmocka_unit_test(test_compaction_moves_no_more_than_it_counted),
+        cmocka_unit_test(test_held_compaction_with_nothing_to_drop_turns_nothing),
         cmocka_unit_test(test_stale_exact_when_completion_meets_compaction),
         cmocka_unit_test(test_slice_leaves_tombstones_and_goes_on),
         cmocka_unit_test(test_slice_passes_a_held_list_it_cannot_compact),
