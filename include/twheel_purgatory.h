@@ -35,9 +35,12 @@
  * came from there) to purge_interval or a seventh of the live entries,
  * whichever is more, give or take what completes while a purge runs
  * (the reaper below runs at most once a tick of the timer, so a coarser
- * tick lets more complete meanwhile: under Kafka's benchmark at 800,000
- * requests/s the completed entries peaked at ~13% of all listed with
- * the default 1 ms tick, at 21% to 29% with a 10 ms one); a
+ * tick lets more complete meanwhile, and so does a driver that gets its
+ * CPU late: under Kafka's benchmark at 800,000 requests/s the completed
+ * entries peaked at ~13% of all listed with the default 1 ms tick, at
+ * 21% to 29% with a 10 ms one, and at 18% to 29% with 1 ms in one run
+ * of five on a slower two-CPU guest, its expirations 3.7 to 5.4 ms late
+ * at p99); a
  * purge visits every entry, and so costs at most eight visits an entry
  * it drops. A purge runs on the purgatory's own timer, as one task (the
  * reaper, as in Kafka): every completion (by force_complete, an event or
