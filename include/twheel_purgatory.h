@@ -40,12 +40,11 @@
  * entries peaked at ~13% of all listed with the default 1 ms tick, at
  * 21% to 29% with a 10 ms one, and at 18% to 29% with 1 ms in one run
  * of five on a slower two-CPU guest, its expirations 3.7 to 5.4 ms late
- * at p99); a
- * purge visits every entry, and so costs at most eight visits an entry
- * it drops. A purge runs on the purgatory's own timer, as one task (the
- * reaper, as in Kafka): every completion (by force_complete, an event or
- * an expiration) checks whether a purge is due, so the bound holds
- * whether or not any op expires or any key is checked, and if so queues
+ * at p99); a purge visits every entry, and so costs at most eight visits
+ * an entry it drops. A purge runs on the purgatory's own timer, as one
+ * task (the reaper, as in Kafka): every completion (by force_complete,
+ * an event or an expiration) checks whether a purge is due, so the bound
+ * holds whether or not any op expires or any key is checked, and if so queues
  * the reaper, which then runs the purge in slices of ~16,384 visits
  * (~0.1 ms; a long list is left in the middle and gone on with), each at
  * least as long after the last as the last took: on the timer's driver
