@@ -605,6 +605,13 @@ static void unfired_fn(tw_timer *t, tw_id id, void *arg)
         atomic_store(&p->reaping, 0);
         return;
     }
+    /* Threaded, the driver has stopped: a reaper still queued will never
+     * run, and its task may be handed back after this op's. The
+     * completions in `unfinished` must not leave the purge to it: with
+     * `reaping` clear they try to queue one, which the stopped timer
+     * refuses, and run the slice themselves. */
+    if (p->threaded)
+        atomic_store(&p->reaping, 0);
     tw_op *op = arg;
     atomic_fetch_sub(&p->delayed, 1);
     atomic_store(&op->timer_id, 0);

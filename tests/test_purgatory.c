@@ -565,15 +565,16 @@ static void test_purge_threshold(void **state)
 }
 
 /* Past purge_interval, the purge also waits until the completed entries
- * are an eighth of all listed: with 70 live entries, 9 completed ones
- * (more than purge_interval, 4) are kept and the 10th (10 of 80) is
+ * are an eighth of all listed: with 71 live entries, 10 completed ones
+ * (more than purge_interval, 4) are kept, 10 of 81 being just short of
+ * an eighth (the share rounded up, not down), and the 11th (11 of 82) is
  * purged. On the count alone, the 5th would have been: a purge visits
  * every entry, and a hot key's long list was walked whole again and
  * again for a few completed entries. */
 static void test_purge_waits_for_an_eighth(void **state)
 {
     (void)state;
-    enum { LIVE = 70, STALE = 10 };
+    enum { LIVE = 71, STALE = 11 };
     tw_purgatory *p = mk_manual(4);
     struct req r[LIVE + STALE];
     memset(r, 0, sizeof(r));
@@ -928,6 +929,43 @@ static void test_destroy_hands_back_to_be_completed(void **state)
             assert_null(r[i].payload);
         }
     }
+}
+
+/* The same with the reaper's task queued, not yet run, when destroy
+ * stops the timer: on a clock that stands still halfway through a tick,
+ * the task waits for the tick's end, which never comes. The stop hands
+ * it back with the ops', here after them, and it will never run: the
+ * completions in `unfinished` must run the slices themselves, as the
+ * header says. Until the ninetieth session they found `reaping` still
+ * set and left the purge to that reaper, and nothing was purged (a
+ * mutation draw's survivor led here). */
+static void test_destroy_drops_a_queued_reaper(void **state)
+{
+    (void)state;
+    enum { N = 40, DONE = 5 };
+    struct tw_key keys[2] = { KEY("a"), KEY("b") };
+    struct atomic_clock c;
+    mk_threaded(4, 0, 0, &c);
+    atomic_store(&c.now, fake_start() + MS / 2);
+    struct req r[N];
+    memset(r, 0, sizeof r);
+    tw_op *o[N];
+    for (int i = 0; i < N; i++) {
+        o[i] = mk_op(tp, &r[i], 3600 * SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(tp, o[i], keys, 2), 0);
+    }
+    /* the fifth completion makes 10 of 80 entries completed: a purge is
+     * due, and the reaper queued */
+    for (int i = 0; i < DONE; i++)
+        assert_true(tw_op_force_complete(o[i]));
+    assert_int_equal(tw_pending(tw_purgatory_timer(tp)), (uint64_t)(N - DONE + 1));
+    assert_int_equal(tw_purgatory_watched(tp), 2 * N);
+    for (int i = 0; i < N; i++)
+        tw_op_release(o[i]);
+    struct unfinished_seen u = { tp, 0, UINT64_MAX };
+    tw_purgatory_destroy(tp, complete_unfinished, &u);
+    assert_int_equal(u.handed, N - DONE);
+    assert_in_range(u.least, 0, 10);
 }
 
 /* An expiration that tw_purgatory_destroy finds running holds it up: the
@@ -3631,6 +3669,7 @@ int main(void)
         cmocka_unit_test(test_many_keys_one_shard),
         cmocka_unit_test(test_destroy_hands_back),
         cmocka_unit_test(test_destroy_hands_back_to_be_completed),
+        cmocka_unit_test(test_destroy_drops_a_queued_reaper),
         cmocka_unit_test(test_ops_outlive_purgatory),
         cmocka_unit_test(test_destroy_waits_for_expiration),
         cmocka_unit_test(test_destroy_from_callback),
