@@ -547,7 +547,7 @@ int tw_purgatory_check_and_complete(tw_purgatory *p, const void *key, size_t key
         return -EINVAL;
     tw_op *buf[64], **ops;
     struct tw__pin pin;
-    long n = tw__snapshot(p, key, keylen, buf, 64, &ops, &pin);
+    long n = tw__snapshot(p, key, keylen, buf, sizeof(buf) / sizeof(buf[0]), &ops, &pin);
     if (n < 0)
         return (int)n;
     /* No reference per op: the pinned list's keep them (purgatory.h). */
