@@ -30,7 +30,7 @@ for doc in "$readme" "$@"; do
   grep -o '\b[tT][wW]_[A-Za-z0-9_]*' "$doc" | sort -u |
     grep -v -x -e 'tw_' -e 'tw__' -e 'TW_' -e 'TW_TEST_SLOW' -e 'TW_MUTANT_TIMEOUT' \
       -e 'TW_MUTANT_FILES' -e 'TW_MUTANT_SETUP' -e 'TW_MUTANT_LINES' -e 'TW_MUTANT_SKIP' \
-      -e 'TW_TEST_CLOCK' > "$tmp/names.doc" || true
+      -e 'TW_TEST_CLOCK' -e 'TW_MODEL_SEEDS' > "$tmp/names.doc" || true
   for n in $(cat "$tmp/names.doc"); do
     if ! grep -q -w -- "$n" "$incdir"/*.h; then
       echo "${doc#"$(dirname "$readme")/"} names $n, which no header declares"
