@@ -127,6 +127,30 @@ static void test_overflow_clocks_after_advance(void **state)
     tw_destroy(t);
 }
 
+/* One advance straight to a level-2 task's deadline takes it down a level
+ * a bucket, as the advances step by step above do: [32, 48) at 32 puts 40
+ * into level 1's [40, 44), which at 40 hands it to the expired list; two
+ * buckets popped, two re-insertions. (A collection that set every
+ * cascaded task aside and placed it from the earliest one's tick, as it
+ * does a held task, would put 40 straight into level 0 at 40: one
+ * re-insertion, and the wheel's counts no longer what its levels say.) */
+static void test_one_advance_cascades_level_by_level(void **state)
+{
+    (void)state;
+    struct fake_clock c;
+    tw_timer *t = mk(&c, MS, 4);
+    int n = 0;
+    assert_int_equal(tw_schedule(t, 40 * MS, count_fn, &n, NULL), 0);
+    assert_int_equal(tw_advance(t, 40 * MS), 1);
+    assert_int_equal(n, 1);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.bucket_pops, 2);
+    assert_int_equal(s.cascaded, 2);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 /* A big coarse bucket is not cascaded whole at its tick: each advance that
  * fires something moves a bounded slice of the next coarse bucket down
  * ahead of time, so that by its tick nothing is left to cascade (the tick's
@@ -279,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_overflow_level_created_and_reused),
         cmocka_unit_test(test_advance_within_and_to_next_tick),
         cmocka_unit_test(test_overflow_clocks_after_advance),
+        cmocka_unit_test(test_one_advance_cascades_level_by_level),
         cmocka_unit_test(test_cascade_spread),
         cmocka_unit_test(test_task_expiration),
     };
