@@ -1841,6 +1841,65 @@ static void test_delay_queue_order(void **state)
     }
 }
 
+/* Tasks due in the same tick fire in the order the walk meets them: the
+ * bucket's TW__SUBS lists (slot i in list i % TW__SUBS), each FIFO, taken
+ * round-robin, an entry of each in turn, so that their misses overlap
+ * (wheel.h; the README's "Order"). 20 tasks in one tick, three of them
+ * cancelled so that the lists are uneven: the order is rebuilt from the
+ * slots their ids name. A walk that drained each list before the next
+ * (its `continue` after a due task made `break`) fired the same tasks in
+ * another order, and its misses one after another. */
+static struct {
+    tw_id id[32];
+    int n;
+} fired_order;
+
+static void note_order_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)arg;
+    if (fired_order.n < 32)
+        fired_order.id[fired_order.n++] = id;
+}
+
+static void test_bucket_walked_round_robin(void **state)
+{
+    (void)state;
+    enum { N = 20 };
+    struct fake_clock c;
+    tw_timer *t = mk(&c);
+    tw_id ids[N];
+    for (int k = 0; k < N; k++)
+        assert_int_equal(tw_schedule(t, MS, note_order_fn, NULL, &ids[k]), 0);
+    for (int k = 1; k <= 3; k++)
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+    /* each list's live tasks as scheduled, then one of each list in turn */
+    tw_id list[TW__SUBS][N], want[N];
+    int len[TW__SUBS] = { 0 }, most = 0, n = 0;
+    for (int k = 0; k < N; k++) {
+        if (k >= 1 && k <= 3)
+            continue;
+        assert_int_equal(tw__id_shard(t, ids[k]), 0); /* one bucket */
+        uint32_t j = tw__id_slot(t, ids[k]) % TW__SUBS;
+        list[j][len[j]++] = ids[k];
+        most = len[j] > most ? len[j] : most;
+    }
+    for (int r = 0; r < most; r++)
+        for (uint32_t j = 0; j < TW__SUBS; j++)
+            if (r < len[j])
+                want[n++] = list[j][r];
+    assert_int_equal(n, N - 3);
+    /* uneven lists: the walk's order is neither the schedule's nor list by list */
+    assert_true(most >= 2 && want[1] != ids[4] && want[1] != list[0][1]);
+    fired_order.n = 0;
+    assert_int_equal(tw_advance(t, MS), N - 3);
+    assert_int_equal(fired_order.n, N - 3);
+    for (int k = 0; k < n; k++)
+        assert_int_equal(fired_order.id[k], want[k]);
+    assert_check(t);
+    tw_destroy(t);
+}
+
 static bool never(tw_op *op)
 {
     (void)op;
@@ -2056,6 +2115,7 @@ int main(void)
         cmocka_unit_test(test_thread_start_fails),
         cmocka_unit_test(test_default_shards_follow_affinity),
         cmocka_unit_test(test_delay_queue_order),
+        cmocka_unit_test(test_bucket_walked_round_robin),
         cmocka_unit_test(test_ids_past_the_pool),
         cmocka_unit_test(test_free_list_blocks),
         cmocka_unit_test(test_free_list_rewinds),
