@@ -1061,6 +1061,184 @@ static void test_held_task_clock_back(void **state)
     assert_int_equal(a.live, 0);
 }
 
+/* A task that moves the fake clock by `move` at its first run (and with
+ * starve, makes every allocation fail from there on), and records the
+ * order of its latest run among all (order_seq). */
+struct move_rec {
+    struct atomic_clock *c;
+    struct count_alloc *starve;
+    int64_t move;
+    _Atomic int ran, seq;
+};
+
+static void move_fn(tw_timer *t, tw_id id, void *arg)
+{
+    (void)t;
+    (void)id;
+    struct move_rec *r = arg;
+    if (atomic_fetch_add(&r->ran, 1) == 0) {
+        atomic_fetch_add(&r->c->now, (uint64_t)r->move); /* wraps back if < 0 */
+        if (r->starve)
+            r->starve->fail_above = 1;
+    }
+    atomic_store(&r->seq, atomic_fetch_add(&order_seq, 1));
+}
+
+/* Waits (up to 60 s) until periodic task id has run `ran` times and is
+ * re-armed; returns its deadline. */
+static uint64_t await_periodic(tw_timer *t, tw_id id, struct move_rec *r, int ran)
+{
+    uint64_t d = 0;
+    int rc = -EBUSY;
+    for (int ms = 0; ms < 60000; ms++) {
+        if (atomic_load(&r->ran) >= ran && (rc = tw_deadline(t, id, &d)) != -EBUSY)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(atomic_load(&r->ran), ran);
+    assert_int_equal(rc, 0);
+    return d;
+}
+
+/* A task held short of its tick is set aside when its bucket pops, and
+ * the collection moves the tick to it only once no bucket lies before
+ * it: the buckets before cascade at their own ticks, level by level.
+ * Three levels made (by R, 520 s out, in level 2's last bucket at the
+ * time); a periodic task P re-armed 1,100 s on without memory for level
+ * 3, and held in level 2's last bucket with R; a one-shot task Q in P's
+ * batch moves the clock on 1 s more, past P's tick. The driver's next
+ * pass pops that bucket (R goes down to level 1, P is set aside), then
+ * R's level-1 bucket at its tick (R goes down to level 0), R's level-0
+ * bucket (R fires), and only then moves to P's tick, where P is placed,
+ * popped and fired: four pops. Moved to P's tick at once, past R's
+ * bucket, the pass took R from level 1 straight to the expired list,
+ * skipping level 0: a pop fewer (the order and the lateness are the same
+ * either way, so only the count shows it). */
+static void test_held_task_waits_for_earlier_buckets(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct atomic_clock c;
+    tw_timer *t = bounded_fake(&c, 0, 1, 0, &a);
+    uint64_t base = atomic_load(&c.now);
+    atomic_store(&order_seq, 0);
+    struct move_rec r = { &c, NULL, 0, 0, 0 };
+    struct move_rec p = { &c, &a, (int64_t)(1100 * SEC), 0, 0 };
+    struct move_rec q = { &c, NULL, (int64_t)SEC, 0, 0 };
+    /* at tick 525,288: level 2's 128th block from tick 5,000's, whose
+     * start (524,288) is the start of the bucket P is held in */
+    assert_int_equal(tw_schedule(t, 520288 * MS, move_fn, &r, NULL), 0);
+    tw_id pid;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, move_fn, &p, &pid), 0);
+    assert_int_equal(tw_schedule(t, MS, move_fn, &q, NULL), 0);
+    struct tw_stats s0, s1;
+    tw_stats(t, &s0);
+    assert_int_equal(s0.levels, 3);
+    atomic_store(&c.now, base + MS);
+    assert_int_equal(tw_wake(t), 0);
+    /* the driver's own catch-up pass fires R and P (again), and re-arms P */
+    uint64_t d = await_periodic(t, pid, &p, 2);
+    assert_int_equal(tw_wake(t), 0); /* nothing more is due */
+    uint64_t now = base + MS + 1101 * SEC;
+    assert_int_equal(atomic_load(&c.now), now);
+    assert_int_equal(d, now + MS);
+    assert_int_equal(atomic_load(&r.ran), 1);
+    assert_int_equal(atomic_load(&q.ran), 1);
+    /* P, Q; then R, then P's second run */
+    assert_int_equal(atomic_load(&q.seq), 1);
+    assert_int_equal(atomic_load(&r.seq), 2);
+    assert_int_equal(atomic_load(&p.seq), 3);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.levels, 3); /* level 3 was never made */
+    assert_true(a.failed > 0);
+    /* one pop for the first batch, four for the catch-up */
+    assert_int_equal(s1.bucket_pops - s0.bucket_pops, 5);
+    assert_int_equal(s1.advances - s0.advances, 2);
+    assert_check(t);
+    a.fail_above = 0;
+    assert_int_equal(tw_stop(t, NULL, NULL), 1);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
+/* A task held short of its tick sits in the last bucket of the top level
+ * made, which comes due once in that level's reach: it costs no bucket
+ * pop (a wake-up) before then. Held at level 0's last tick instead, it
+ * would pop, be set aside and be held again once every level-0 span (128
+ * ms here), the spin span by span that tw__wheel_collect avoids. Two
+ * levels made (by R, 5 s out); a periodic task P re-armed 20 s on
+ * without memory for level 2 (held in level 1's last bucket, which starts
+ * at tick 13,120); a one-shot task Q in P's batch moves the clock back to
+ * 100 ms after the first firing, so that the driver's next pass pops
+ * nothing and P stays held. Then the clock goes on 100 ms at a time, and
+ * only R's buckets and P's pop, each at its tick. */
+static void test_held_task_pops_only_at_its_bucket(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct atomic_clock c;
+    tw_timer *t = bounded_fake(&c, 0, 1, 0, &a);
+    uint64_t base = atomic_load(&c.now);
+    atomic_store(&order_seq, 0);
+    struct move_rec r = { &c, NULL, 0, 0, 0 };
+    struct move_rec p = { &c, &a, (int64_t)(20 * SEC), 0, 0 };
+    struct move_rec q = { &c, NULL, -(int64_t)(20 * SEC - 100 * MS), 0, 0 };
+    assert_int_equal(tw_schedule(t, 5 * SEC, move_fn, &r, NULL), 0);
+    tw_id pid;
+    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, move_fn, &p, &pid), 0);
+    assert_int_equal(tw_schedule(t, MS, move_fn, &q, NULL), 0);
+    struct tw_stats s0, s1;
+    tw_stats(t, &s0);
+    assert_int_equal(s0.levels, 2);
+    atomic_store(&c.now, base + MS);
+    assert_int_equal(tw_wake(t), 0);
+    uint64_t d = await_periodic(t, pid, &p, 1);
+    assert_int_equal(d, base + MS + 20 * SEC + MS);
+    spin_until_count(&q.ran, 1);
+    assert_int_equal(tw_wake(t), 0); /* the driver's pass at the clock moved back */
+    assert_int_equal(atomic_load(&c.now), base + MS + 100 * MS);
+    tw_stats(t, &s1);
+    assert_int_equal(s1.levels, 2); /* level 2 was never made */
+    assert_int_equal(s1.bucket_pops - s0.bucket_pops, 1); /* P's and Q's */
+    assert_true(a.failed > 0);
+    assert_check(t);
+    a.fail_above = 0;
+    /* steps of 100 ms to tick 9,983, a tick before R's level-1 bucket:
+     * nothing pops */
+    struct {
+        uint64_t tick;  /* the clock moves to it (1 ms a tick) */
+        uint64_t pops;  /* buckets popped on the way */
+        int r_ran, p_ran;
+    } steps[] = {
+        { 9983, 0, 0, 1 },
+        { 10000, 2, 1, 1 },  /* R's level-1 bucket (9,984), then its level-0 */
+        { 13119, 0, 1, 1 },
+        { 13120, 1, 1, 1 },  /* P's: set aside, held again (bucket 21,248) */
+        { 25001, 2, 1, 1 },  /* that one: set aside, then placed in level 1,
+                                which reaches P by then (bucket 24,960);
+                                that one: P goes down to level 0 */
+        { 25002, 1, 1, 2 },  /* P's tick, where it fires */
+    };
+    uint64_t tick = 5101;
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        tw_stats(t, &s0);
+        while (tick < steps[k].tick) {
+            tick = tick + 100 < steps[k].tick ? tick + 100 : steps[k].tick;
+            atomic_store(&c.now, tick * MS);
+            assert_int_equal(tw_wake(t), 0);
+        }
+        tw_stats(t, &s1);
+        assert_int_equal(s1.bucket_pops - s0.bucket_pops, steps[k].pops);
+        assert_int_equal(atomic_load(&r.ran), steps[k].r_ran);
+        assert_int_equal(atomic_load(&p.ran), steps[k].p_ran);
+        assert_check(t);
+    }
+    assert_int_equal(await_periodic(t, pid, &p, 2), d + MS);
+    assert_int_equal(tw_stop(t, NULL, NULL), 1);
+    tw_destroy(t);
+    assert_int_equal(a.live, 0);
+}
+
 /* A periodic task cancelled after the driver took it, before its callback
  * ran: tw_cancel returns 0, a drain meanwhile does not hand it back, and
  * the callback does not run, now or later. */
@@ -2323,6 +2501,8 @@ int main(void)
         cmocka_unit_test(test_periodic_rearm_without_memory),
         cmocka_unit_test(test_held_tasks_caught_up_in_order),
         cmocka_unit_test(test_held_task_clock_back),
+        cmocka_unit_test(test_held_task_waits_for_earlier_buckets),
+        cmocka_unit_test(test_held_task_pops_only_at_its_bucket),
         cmocka_unit_test(test_cancel_taken_periodic),
         cmocka_unit_test(test_drain_taken_periodic),
         cmocka_unit_test(test_stop_hands_back_taken),
