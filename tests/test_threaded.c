@@ -1113,7 +1113,11 @@ static uint64_t await_periodic(tw_timer *t, tw_id id, struct move_rec *r, int ra
  * popped and fired: four pops. Moved to P's tick at once, past R's
  * bucket, the pass took R from level 1 straight to the expired list,
  * skipping level 0: a pop fewer (the order and the lateness are the same
- * either way, so only the count shows it). */
+ * either way, so only the count shows it). P takes a slot past 7,281,
+ * whose ref (9 * slot + 1, pool.h) needs more than 16 bits: 8,000 tasks
+ * scheduled before it, and cancelled before the first firing, take the
+ * slots before (a fresh shard hands them out in order), so that the
+ * chain of set-aside tasks is tested with a ref as wide as any. */
 static void test_held_task_waits_for_earlier_buckets(void **state)
 {
     (void)state;
@@ -1128,12 +1132,21 @@ static void test_held_task_waits_for_earlier_buckets(void **state)
     /* at tick 525,288: level 2's 128th block from tick 5,000's, whose
      * start (524,288) is the start of the bucket P is held in */
     assert_int_equal(tw_schedule(t, 520288 * MS, move_fn, &r, NULL), 0);
+    enum { FILL = 8000 };
+    tw_id *fill = malloc(FILL * sizeof *fill);
+    assert_non_null(fill);
+    for (int k = 0; k < FILL; k++)
+        assert_int_equal(tw_schedule(t, 2 * MS, noop_fn, NULL, &fill[k]), 0);
     tw_id pid;
     assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, move_fn, &p, &pid), 0);
     assert_int_equal(tw_schedule(t, MS, move_fn, &q, NULL), 0);
+    for (int k = 0; k < FILL; k++)
+        assert_int_equal(tw_cancel(t, fill[k]), 0);
+    free(fill);
     struct tw_stats s0, s1;
     tw_stats(t, &s0);
     assert_int_equal(s0.levels, 3);
+    assert_int_equal(s0.pending, 3);
     atomic_store(&c.now, base + MS);
     assert_int_equal(tw_wake(t), 0);
     /* the driver's own catch-up pass fires R and P (again), and re-arms P */
