@@ -784,20 +784,26 @@ static void jump_handed_fn(tw_timer *t, tw_id id, void *arg)
     atomic_fetch_add(&((struct jump_rec *)arg)->handed, 1);
 }
 
-/* Waits (up to 60 s) until task id has run `ran` times and is re-armed;
- * returns its next deadline. */
-static uint64_t await_rearm(tw_timer *t, tw_id id, struct jump_rec *r, int ran)
+/* Waits (up to 60 s) until periodic task id has run `want` times (its
+ * callback counts them in *ran) and is re-armed; returns its next
+ * deadline. */
+static uint64_t await_runs(tw_timer *t, tw_id id, _Atomic int *ran, int want)
 {
     uint64_t d = 0;
     int rc = -EBUSY;
     for (int ms = 0; ms < 60000; ms++) {
-        if (atomic_load(&r->ran) >= ran && (rc = tw_deadline(t, id, &d)) != -EBUSY)
+        if (atomic_load(ran) >= want && (rc = tw_deadline(t, id, &d)) != -EBUSY)
             break;
         usleep(1000);
     }
-    assert_int_equal(atomic_load(&r->ran), ran);
+    assert_int_equal(atomic_load(ran), want);
     assert_int_equal(rc, 0); /* re-armed: still pending */
     return d;
+}
+
+static uint64_t await_rearm(tw_timer *t, tw_id id, struct jump_rec *r, int ran)
+{
+    return await_runs(t, id, &r->ran, ran);
 }
 
 static void rearm_after_jump(uint32_t workers, int flags, uint64_t jump, struct count_alloc *a)
@@ -1084,20 +1090,61 @@ static void move_fn(tw_timer *t, tw_id id, void *arg)
     atomic_store(&r->seq, atomic_fetch_add(&order_seq, 1));
 }
 
-/* Waits (up to 60 s) until periodic task id has run `ran` times and is
- * re-armed; returns its deadline. */
-static uint64_t await_periodic(tw_timer *t, tw_id id, struct move_rec *r, int ran)
+/* The three tasks of the held-task tests below, on a threaded timer on
+ * the fake clock (5 s) with one shard and a counting allocator: a one-shot
+ * task R `r_delay` out, which makes the levels it needs; `fill` one-shot
+ * tasks that take the next slots and are cancelled once the others are
+ * in; a periodic task P every 1 ms from 1 ms, whose first run moves the
+ * clock by `p_move` and starves every allocation from there (P's re-arm
+ * then finds no memory for a level past those made, and is held short
+ * of its tick); and a one-shot task Q at 1 ms, after P in its batch, that
+ * moves the clock by `q_move`. Then the clock moves to 1 ms and the
+ * driver runs that batch, re-arms P, and catches up on the clock. */
+struct held_case {
+    struct count_alloc a;
+    struct atomic_clock c;
+    tw_timer *t;
+    uint64_t base;
+    struct move_rec r, p, q;
+    tw_id pid;
+    struct tw_stats s0; /* before the first batch */
+};
+
+static void held_case_start(struct held_case *h, uint64_t r_delay, int fill,
+                            int64_t p_move, int64_t q_move)
 {
-    uint64_t d = 0;
-    int rc = -EBUSY;
-    for (int ms = 0; ms < 60000; ms++) {
-        if (atomic_load(&r->ran) >= ran && (rc = tw_deadline(t, id, &d)) != -EBUSY)
-            break;
-        usleep(1000);
-    }
-    assert_int_equal(atomic_load(&r->ran), ran);
-    assert_int_equal(rc, 0);
-    return d;
+    memset(&h->a, 0, sizeof h->a);
+    h->t = bounded_fake(&h->c, 0, 1, 0, &h->a);
+    h->base = atomic_load(&h->c.now);
+    atomic_store(&order_seq, 0);
+    h->r = (struct move_rec){ &h->c, NULL, 0, 0, 0 };
+    h->p = (struct move_rec){ &h->c, &h->a, p_move, 0, 0 };
+    h->q = (struct move_rec){ &h->c, NULL, q_move, 0, 0 };
+    assert_int_equal(tw_schedule(h->t, r_delay, move_fn, &h->r, NULL), 0);
+    tw_id *ids = malloc((size_t)fill * sizeof *ids + 1);
+    assert_non_null(ids);
+    for (int k = 0; k < fill; k++)
+        assert_int_equal(tw_schedule(h->t, 2 * MS, noop_fn, NULL, &ids[k]), 0);
+    assert_int_equal(
+        tw_schedule_every(h->t, MS, MS, TW_FIXED_DELAY, move_fn, &h->p, &h->pid), 0);
+    assert_int_equal(tw_schedule(h->t, MS, move_fn, &h->q, NULL), 0);
+    for (int k = 0; k < fill; k++)
+        assert_int_equal(tw_cancel(h->t, ids[k]), 0);
+    free(ids);
+    tw_stats(h->t, &h->s0);
+    assert_int_equal(h->s0.pending, 3);
+    atomic_store(&h->c.now, h->base + MS);
+    assert_int_equal(tw_wake(h->t), 0);
+}
+
+/* Stops and destroys the timer: P is handed back; nothing leaks. */
+static void held_case_end(struct held_case *h)
+{
+    assert_check(h->t);
+    h->a.fail_above = 0;
+    assert_int_equal(tw_stop(h->t, NULL, NULL), 1);
+    tw_destroy(h->t);
+    assert_int_equal(h->a.live, 0);
 }
 
 /* A task held short of its tick is set aside when its bucket pops, and
@@ -1121,57 +1168,31 @@ static uint64_t await_periodic(tw_timer *t, tw_id id, struct move_rec *r, int ra
 static void test_held_task_waits_for_earlier_buckets(void **state)
 {
     (void)state;
-    struct count_alloc a = { 0 };
-    struct atomic_clock c;
-    tw_timer *t = bounded_fake(&c, 0, 1, 0, &a);
-    uint64_t base = atomic_load(&c.now);
-    atomic_store(&order_seq, 0);
-    struct move_rec r = { &c, NULL, 0, 0, 0 };
-    struct move_rec p = { &c, &a, (int64_t)(1100 * SEC), 0, 0 };
-    struct move_rec q = { &c, NULL, (int64_t)SEC, 0, 0 };
-    /* at tick 525,288: level 2's 128th block from tick 5,000's, whose
+    struct held_case h;
+    /* R at tick 525,288: level 2's 128th block from tick 5,000's, whose
      * start (524,288) is the start of the bucket P is held in */
-    assert_int_equal(tw_schedule(t, 520288 * MS, move_fn, &r, NULL), 0);
-    enum { FILL = 8000 };
-    tw_id *fill = malloc(FILL * sizeof *fill);
-    assert_non_null(fill);
-    for (int k = 0; k < FILL; k++)
-        assert_int_equal(tw_schedule(t, 2 * MS, noop_fn, NULL, &fill[k]), 0);
-    tw_id pid;
-    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, move_fn, &p, &pid), 0);
-    assert_int_equal(tw_schedule(t, MS, move_fn, &q, NULL), 0);
-    for (int k = 0; k < FILL; k++)
-        assert_int_equal(tw_cancel(t, fill[k]), 0);
-    free(fill);
-    struct tw_stats s0, s1;
-    tw_stats(t, &s0);
-    assert_int_equal(s0.levels, 3);
-    assert_int_equal(s0.pending, 3);
-    atomic_store(&c.now, base + MS);
-    assert_int_equal(tw_wake(t), 0);
+    held_case_start(&h, 520288 * MS, 8000, (int64_t)(1100 * SEC), (int64_t)SEC);
+    assert_int_equal(h.s0.levels, 3);
     /* the driver's own catch-up pass fires R and P (again), and re-arms P */
-    uint64_t d = await_periodic(t, pid, &p, 2);
-    assert_int_equal(tw_wake(t), 0); /* nothing more is due */
-    uint64_t now = base + MS + 1101 * SEC;
-    assert_int_equal(atomic_load(&c.now), now);
+    uint64_t d = await_runs(h.t, h.pid, &h.p.ran, 2);
+    assert_int_equal(tw_wake(h.t), 0); /* nothing more is due */
+    uint64_t now = h.base + MS + 1101 * SEC;
+    assert_int_equal(atomic_load(&h.c.now), now);
     assert_int_equal(d, now + MS);
-    assert_int_equal(atomic_load(&r.ran), 1);
-    assert_int_equal(atomic_load(&q.ran), 1);
+    assert_int_equal(atomic_load(&h.r.ran), 1);
+    assert_int_equal(atomic_load(&h.q.ran), 1);
     /* P, Q; then R, then P's second run */
-    assert_int_equal(atomic_load(&q.seq), 1);
-    assert_int_equal(atomic_load(&r.seq), 2);
-    assert_int_equal(atomic_load(&p.seq), 3);
-    tw_stats(t, &s1);
+    assert_int_equal(atomic_load(&h.q.seq), 1);
+    assert_int_equal(atomic_load(&h.r.seq), 2);
+    assert_int_equal(atomic_load(&h.p.seq), 3);
+    struct tw_stats s1;
+    tw_stats(h.t, &s1);
     assert_int_equal(s1.levels, 3); /* level 3 was never made */
-    assert_true(a.failed > 0);
+    assert_true(h.a.failed > 0);
     /* one pop for the first batch, four for the catch-up */
-    assert_int_equal(s1.bucket_pops - s0.bucket_pops, 5);
-    assert_int_equal(s1.advances - s0.advances, 2);
-    assert_check(t);
-    a.fail_above = 0;
-    assert_int_equal(tw_stop(t, NULL, NULL), 1);
-    tw_destroy(t);
-    assert_int_equal(a.live, 0);
+    assert_int_equal(s1.bucket_pops - h.s0.bucket_pops, 5);
+    assert_int_equal(s1.advances - h.s0.advances, 2);
+    held_case_end(&h);
 }
 
 /* A task held short of its tick sits in the last bucket of the top level
@@ -1188,34 +1209,21 @@ static void test_held_task_waits_for_earlier_buckets(void **state)
 static void test_held_task_pops_only_at_its_bucket(void **state)
 {
     (void)state;
-    struct count_alloc a = { 0 };
-    struct atomic_clock c;
-    tw_timer *t = bounded_fake(&c, 0, 1, 0, &a);
-    uint64_t base = atomic_load(&c.now);
-    atomic_store(&order_seq, 0);
-    struct move_rec r = { &c, NULL, 0, 0, 0 };
-    struct move_rec p = { &c, &a, (int64_t)(20 * SEC), 0, 0 };
-    struct move_rec q = { &c, NULL, -(int64_t)(20 * SEC - 100 * MS), 0, 0 };
-    assert_int_equal(tw_schedule(t, 5 * SEC, move_fn, &r, NULL), 0);
-    tw_id pid;
-    assert_int_equal(tw_schedule_every(t, MS, MS, TW_FIXED_DELAY, move_fn, &p, &pid), 0);
-    assert_int_equal(tw_schedule(t, MS, move_fn, &q, NULL), 0);
+    struct held_case h;
+    held_case_start(&h, 5 * SEC, 0, (int64_t)(20 * SEC), -(int64_t)(20 * SEC - 100 * MS));
+    assert_int_equal(h.s0.levels, 2);
+    uint64_t d = await_runs(h.t, h.pid, &h.p.ran, 1);
+    assert_int_equal(d, h.base + MS + 20 * SEC + MS);
+    spin_until_count(&h.q.ran, 1);
+    assert_int_equal(tw_wake(h.t), 0); /* the driver's pass at the clock moved back */
+    assert_int_equal(atomic_load(&h.c.now), h.base + MS + 100 * MS);
     struct tw_stats s0, s1;
-    tw_stats(t, &s0);
-    assert_int_equal(s0.levels, 2);
-    atomic_store(&c.now, base + MS);
-    assert_int_equal(tw_wake(t), 0);
-    uint64_t d = await_periodic(t, pid, &p, 1);
-    assert_int_equal(d, base + MS + 20 * SEC + MS);
-    spin_until_count(&q.ran, 1);
-    assert_int_equal(tw_wake(t), 0); /* the driver's pass at the clock moved back */
-    assert_int_equal(atomic_load(&c.now), base + MS + 100 * MS);
-    tw_stats(t, &s1);
+    tw_stats(h.t, &s1);
     assert_int_equal(s1.levels, 2); /* level 2 was never made */
-    assert_int_equal(s1.bucket_pops - s0.bucket_pops, 1); /* P's and Q's */
-    assert_true(a.failed > 0);
-    assert_check(t);
-    a.fail_above = 0;
+    assert_int_equal(s1.bucket_pops - h.s0.bucket_pops, 1); /* P's and Q's */
+    assert_true(h.a.failed > 0);
+    assert_check(h.t);
+    h.a.fail_above = 0;
     /* steps of 100 ms to tick 9,983, a tick before R's level-1 bucket:
      * nothing pops */
     struct {
@@ -1234,22 +1242,20 @@ static void test_held_task_pops_only_at_its_bucket(void **state)
     };
     uint64_t tick = 5101;
     for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
-        tw_stats(t, &s0);
+        tw_stats(h.t, &s0);
         while (tick < steps[k].tick) {
             tick = tick + 100 < steps[k].tick ? tick + 100 : steps[k].tick;
-            atomic_store(&c.now, tick * MS);
-            assert_int_equal(tw_wake(t), 0);
+            atomic_store(&h.c.now, tick * MS);
+            assert_int_equal(tw_wake(h.t), 0);
         }
-        tw_stats(t, &s1);
+        tw_stats(h.t, &s1);
         assert_int_equal(s1.bucket_pops - s0.bucket_pops, steps[k].pops);
-        assert_int_equal(atomic_load(&r.ran), steps[k].r_ran);
-        assert_int_equal(atomic_load(&p.ran), steps[k].p_ran);
-        assert_check(t);
+        assert_int_equal(atomic_load(&h.r.ran), steps[k].r_ran);
+        assert_int_equal(atomic_load(&h.p.ran), steps[k].p_ran);
+        assert_check(h.t);
     }
-    assert_int_equal(await_periodic(t, pid, &p, 2), d + MS);
-    assert_int_equal(tw_stop(t, NULL, NULL), 1);
-    tw_destroy(t);
-    assert_int_equal(a.live, 0);
+    assert_int_equal(await_runs(h.t, h.pid, &h.p.ran, 2), d + MS);
+    held_case_end(&h);
 }
 
 /* A periodic task cancelled after the driver took it, before its callback
