@@ -801,11 +801,6 @@ static uint64_t await_runs(tw_timer *t, tw_id id, _Atomic int *ran, int want)
     return d;
 }
 
-static uint64_t await_rearm(tw_timer *t, tw_id id, struct jump_rec *r, int ran)
-{
-    return await_runs(t, id, &r->ran, ran);
-}
-
 static void rearm_after_jump(uint32_t workers, int flags, uint64_t jump, struct count_alloc *a)
 {
     struct atomic_clock c;
@@ -820,7 +815,7 @@ static void rearm_after_jump(uint32_t workers, int flags, uint64_t jump, struct 
     assert_int_equal(tw_wake(t), 0);
     /* both kinds re-arm at the first period after the return here (a
      * fixed rate skips the periods the callback missed) */
-    uint64_t d = await_rearm(t, id, &r, 1);
+    uint64_t d = await_runs(t, id, &r.ran, 1);
     assert_int_equal(d, base + MS + jump + MS);
     assert_int_equal(tw_pending(t), 1);
     assert_check(t);
@@ -842,7 +837,7 @@ static void rearm_after_jump(uint32_t workers, int flags, uint64_t jump, struct 
     assert_int_equal(atomic_load(&r.ran), 1);
     atomic_store(&c.now, d);
     assert_int_equal(tw_wake(t), 0);
-    assert_int_equal(await_rearm(t, id, &r, 2), d + MS);
+    assert_int_equal(await_runs(t, id, &r.ran, 2), d + MS);
     assert_check(t);
     if (a)
         a->fail_above = 0;
@@ -1164,7 +1159,7 @@ static void held_case_end(struct held_case *h)
  * whose ref (9 * slot + 1, pool.h) needs more than 16 bits: 8,000 tasks
  * scheduled before it, and cancelled before the first firing, take the
  * slots before (a fresh shard hands them out in order), so that the
- * chain of set-aside tasks is tested with a ref as wide as any. */
+ * chain of set-aside tasks is tested with a ref wider than 16 bits. */
 static void test_held_task_waits_for_earlier_buckets(void **state)
 {
     (void)state;
