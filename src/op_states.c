@@ -133,6 +133,19 @@ void tw__states_release(struct tw__states *t)
         unref(t);
 }
 
+/* Between a pop's read of the top and its exchange: where another thread
+ * may pop and push meanwhile, which the tag is for (a pop whose top came
+ * back to the same index, its next changed, must fail). A test that
+ * compiles this file itself (test_op_states.c) defines TW__ST_TEST_HOOK
+ * and does those pops and pushes there, in order, with no thread; the
+ * library's build has nothing here. */
+#ifdef TW__ST_TEST_HOOK
+void tw__st_test_before_swap(struct tw__states *t);
+#define BEFORE_SWAP(t) tw__st_test_before_swap(t)
+#else
+#define BEFORE_SWAP(t) ((void)0)
+#endif
+
 /* Pops a free index: 1 (in *idx) or 0 if the stack is empty. */
 static int pop(struct tw__states *t, uint32_t *idx)
 {
@@ -143,6 +156,7 @@ static int pop(struct tw__states *t, uint32_t *idx)
          * moved and the exchange below fails */
         uint32_t next = atomic_load_explicit(word_at(t, i), memory_order_relaxed);
         uint64_t nt = ((((top >> 32) + 1u) & 0xffffffffu) << 32) | next;
+        BEFORE_SWAP(t);
         if (atomic_compare_exchange_weak_explicit(&t->top, &top, nt, memory_order_acquire,
                                                   memory_order_acquire)) {
             *idx = i;

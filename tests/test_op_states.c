@@ -1,10 +1,13 @@
 /* test_op_states.c: white-box tests of the purgatory ops' table of
- * completion words (src/op_states.c), linked against the static library:
- * words handed out once each and reused, the table's growth (chunks and
- * its directory) and what it allocates, each allocation refused in turn
- * with nothing changed, the table outliving its creator while words are
- * out, threads taking and giving back words at once (ThreadSanitizer
- * in CI), and two threads that find a new table empty at once. */
+ * completion words (src/op_states.c, which this test compiles itself with
+ * TW__ST_TEST_HOOK: a hook between a pop's read of the stack's top and its
+ * exchange): words handed out once each and reused, the table's growth
+ * (chunks and its directory, to 257 chunks) and what it allocates, each
+ * allocation refused in turn with nothing changed, the table outliving
+ * its creator while words are out, a pop whose view of the top went
+ * stale (ABA), threads taking and giving back words at once
+ * (ThreadSanitizer in CI), and two threads that find a new table empty at
+ * once. */
 #include "helpers.h"
 
 #include <pthread.h>
@@ -166,6 +169,124 @@ static void test_refused_allocations_change_nothing(void **state)
     }
 }
 
+/* The words of 257 chunks (more than a million ops live), each handed out
+ * once, given back and taken again with no allocation. Their indices
+ * pass 16 bits, and the directory doubles seven times, to 512 chunk
+ * pointers: each directory four times the first's pointers larger than
+ * the one before it doubled, never one that wrapped. */
+#define MANY_CHUNKS 257u
+
+struct dir_log {
+    struct count_alloc a;
+    size_t size[16]; /* every allocation but the chunks' */
+    int n;
+};
+
+static void *dir_log_fn(void *ctx, size_t size)
+{
+    struct dir_log *l = ctx;
+    if (size != CHUNK * sizeof(uint32_t) && l->n < 16)
+        l->size[l->n++] = size;
+    return count_alloc_fn(&l->a, size);
+}
+
+static void dir_log_free(void *ctx, void *ptr)
+{
+    count_free_fn(&((struct dir_log *)ctx)->a, ptr);
+}
+
+static void test_words_of_many_chunks(void **state)
+{
+    (void)state;
+    struct dir_log log = { 0 };
+    struct tw_allocator al = { dir_log_fn, dir_log_free, &log };
+    struct tw__states *t;
+    assert_int_equal(tw__states_create(&t, &al), 0);
+    const uint32_t n = MANY_CHUNKS * CHUNK;
+    uint32_t *idx = malloc(n * sizeof(*idx));
+    unsigned char *seen = calloc(n, 1);
+    assert_non_null(idx);
+    assert_non_null(seen);
+    for (int round = 0; round < 2; round++) {
+        long allocs = log.a.allocs;
+        for (uint32_t i = 0; i < n; i++) {
+            assert_int_equal(tw__state_get(t, &idx[i]), 0);
+            assert_true(idx[i] < n);
+            assert_int_equal(seen[idx[i]]++, 0);
+        }
+        if (round == 1)
+            assert_int_equal(log.a.allocs, allocs);
+        for (uint32_t i = 0; i < n; i++)
+            tw__state_put(t, idx[i]);
+        memset(seen, 0, n);
+    }
+    /* the table, then directories of 4, 8, ..., 512 chunks */
+    assert_int_equal(log.n, 1 + 8);
+    for (int k = 2; k < log.n; k++)
+        assert_int_equal(log.size[k] - log.size[1],
+                         ((size_t)4 << (k - 1)) * sizeof(void *) - 4 * sizeof(void *));
+    assert_int_equal(log.a.live, 1 + 8 + MANY_CHUNKS);
+    tw__states_release(t);
+    assert_int_equal(log.a.live, 0);
+    free(idx);
+    free(seen);
+}
+
+/* op_states.c calls this between a pop's read of the top and its
+ * exchange (this test compiles it with TW__ST_TEST_HOOK): it runs
+ * `meanwhile` once, disarmed first, as another thread would run between
+ * the two. */
+void tw__st_test_before_swap(struct tw__states *t);
+static void (*meanwhile)(struct tw__states *t);
+static uint32_t meanwhile_held;
+
+void tw__st_test_before_swap(struct tw__states *t)
+{
+    void (*f)(struct tw__states *) = meanwhile;
+    meanwhile = NULL;
+    if (f)
+        f(t);
+}
+
+static void pop_two_push_the_first(struct tw__states *t)
+{
+    uint32_t a, b;
+    assert_int_equal(tw__state_get(t, &a), 0);
+    assert_int_equal(tw__state_get(t, &b), 0);
+    tw__state_put(t, a);
+    meanwhile_held = b;
+}
+
+/* The case the stack's tag is for (ABA): a pop reads the top, index 1,
+ * whose next is 2; before its exchange another pops 1 and 2 and pushes 1
+ * back. The top is index 1 again, its next now 3. The exchange must fail
+ * and the pop read again: it takes 1, and the next pop 3, never 2, which
+ * the other holds. With the tag lost the exchange succeeds and the top
+ * becomes 2. */
+static void test_stale_pop_fails_its_exchange(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct tw__states *t = mk(&a);
+    uint32_t first, got, next;
+    assert_int_equal(tw__state_get(t, &first), 0); /* a chunk: 0, then 1, 2, 3, ... stacked */
+    assert_int_equal(first, 0);
+    meanwhile = pop_two_push_the_first;
+    assert_int_equal(tw__state_get(t, &got), 0);
+    assert_null(meanwhile); /* it ran */
+    assert_int_equal(meanwhile_held, 2);
+    assert_int_equal(got, 1);
+    assert_int_equal(tw__state_get(t, &next), 0);
+    assert_int_equal(next, 3);
+    tw__state_put(t, next);
+    tw__state_put(t, got);
+    tw__state_put(t, meanwhile_held);
+    tw__state_put(t, first);
+    assert_int_equal(a.live, 3);
+    tw__states_release(t);
+    assert_int_equal(a.live, 0);
+}
+
 /* Threads take and give back words at once, each holding up to 64 at a
  * time: no word is ever held by two (each holder marks it), and the words
  * come back to be taken again. The counting allocator is called only
@@ -309,6 +430,8 @@ int main(void)
         cmocka_unit_test(test_words_once_each_then_reused),
         cmocka_unit_test(test_table_outlives_its_creator),
         cmocka_unit_test(test_refused_allocations_change_nothing),
+        cmocka_unit_test(test_words_of_many_chunks),
+        cmocka_unit_test(test_stale_pop_fails_its_exchange),
         cmocka_unit_test(test_threads_take_and_give_back_at_once),
         cmocka_unit_test(test_first_takers_meet_at_the_lock),
     };
