@@ -238,50 +238,106 @@ static void test_words_of_many_chunks(void **state)
  * the two. */
 void tw__st_test_before_swap(struct tw__states *t);
 static void (*meanwhile)(struct tw__states *t);
-static uint32_t meanwhile_held;
+
+/* Another's turn, as a script: "p" pops a word (the first, the top the
+ * interrupted pop read), "a" pushes that first word back, "h" pushes a
+ * spare word (taken before), "q" pops one back into the spares; a count
+ * before a letter repeats it. */
+#define SPARES 40
+static const char *script;
+static uint32_t popped[8], spare[SPARES];
+static int npopped, nspare;
+
+static void run_script(struct tw__states *t)
+{
+    for (const char *c = script; *c; c++) {
+        int n = 1;
+        if (*c >= '0' && *c <= '9')
+            for (n = 0; *c >= '0' && *c <= '9'; c++)
+                n = n * 10 + (*c - '0');
+        while (n--) {
+            switch (*c) {
+            case 'p':
+                assert_true(npopped < 8);
+                assert_int_equal(tw__state_get(t, &popped[npopped++]), 0);
+                break;
+            case 'a':
+                tw__state_put(t, popped[0]);
+                break;
+            case 'h':
+                assert_true(nspare > 0);
+                tw__state_put(t, spare[--nspare]);
+                break;
+            default:
+                assert_int_equal(*c, 'q');
+                assert_true(nspare < SPARES);
+                assert_int_equal(tw__state_get(t, &spare[nspare++]), 0);
+            }
+        }
+    }
+}
 
 void tw__st_test_before_swap(struct tw__states *t)
 {
     void (*f)(struct tw__states *) = meanwhile;
-    meanwhile = NULL;
-    if (f)
+    if (f) { /* (only then written: the racing threads below only read it) */
+        meanwhile = NULL;
         f(t);
+    }
 }
 
-static void pop_two_push_the_first(struct tw__states *t)
-{
-    uint32_t a, b;
-    assert_int_equal(tw__state_get(t, &a), 0);
-    assert_int_equal(tw__state_get(t, &b), 0);
-    tw__state_put(t, a);
-    meanwhile_held = b;
-}
-
-/* The case the stack's tag is for (ABA): a pop reads the top, index 1,
- * whose next is 2; before its exchange another pops 1 and 2 and pushes 1
- * back. The top is index 1 again, its next now 3. The exchange must fail
- * and the pop read again: it takes 1, and the next pop 3, never 2, which
- * the other holds. With the tag lost the exchange succeeds and the top
- * becomes 2. */
+/* The case the stack's tag is for (ABA): a pop reads the top, index i,
+ * whose next is j; before its exchange another pops i and j, pushes what
+ * it likes and pushes i back last, or pops back what it pushed above i.
+ * The top is index i again, its next no longer j. The exchange must fail
+ * and the pop read again: it takes i, and the next pop none of the words
+ * the other holds. With the tag lost the exchange succeeds and makes j
+ * the top. Each script runs after each of six openings (the last changes
+ * before the read: 31 pops in a row, then 0 to 40 words taken and given
+ * back in a row), so that a tag that moves wrongly, back where it was
+ * after as many pushes as pops, or stuck after a few dozen pops or pushes
+ * in a row, is caught by one of them. */
 static void test_stale_pop_fails_its_exchange(void **state)
 {
     (void)state;
+    static const char *const scripts[] = {
+        "ppa",        /* the classic: pop i and j, push i */
+        "ppha",       /* as many pushes as pops */
+        "pp30ha",     /* 31 pushes in a row */
+        "ppa31h31q",  /* i back, then 31 pushes and 31 pops above it */
+    };
+    static const int opening[] = { 0, 1, 2, 3, 5, 40 };
     struct count_alloc a = { 0 };
     struct tw__states *t = mk(&a);
-    uint32_t first, got, next;
-    assert_int_equal(tw__state_get(t, &first), 0); /* a chunk: 0, then 1, 2, 3, ... stacked */
-    assert_int_equal(first, 0);
-    meanwhile = pop_two_push_the_first;
-    assert_int_equal(tw__state_get(t, &got), 0);
-    assert_null(meanwhile); /* it ran */
-    assert_int_equal(meanwhile_held, 2);
-    assert_int_equal(got, 1);
-    assert_int_equal(tw__state_get(t, &next), 0);
-    assert_int_equal(next, 3);
-    tw__state_put(t, next);
-    tw__state_put(t, got);
-    tw__state_put(t, meanwhile_held);
-    tw__state_put(t, first);
+    uint32_t got, next, w[40];
+    for (size_t s = 0; s < sizeof(scripts) / sizeof(scripts[0]); s++) {
+        for (size_t o = 0; o < sizeof(opening) / sizeof(opening[0]); o++) {
+            for (nspare = 0; nspare < 31; nspare++)
+                assert_int_equal(tw__state_get(t, &spare[nspare]), 0);
+            for (int k = 0; k < opening[o]; k++)
+                assert_int_equal(tw__state_get(t, &w[k]), 0);
+            for (int k = opening[o] - 1; k >= 0; k--)
+                tw__state_put(t, w[k]);
+            script = scripts[s];
+            npopped = 0;
+            meanwhile = run_script;
+            assert_int_equal(tw__state_get(t, &got), 0);
+            assert_null(meanwhile); /* it ran */
+            assert_int_equal(got, popped[0]);
+            assert_int_equal(tw__state_get(t, &next), 0);
+            assert_int_not_equal(next, got);
+            for (int k = 1; k < npopped; k++)
+                assert_int_not_equal(next, popped[k]);
+            for (int k = 0; k < nspare; k++)
+                assert_int_not_equal(next, spare[k]);
+            tw__state_put(t, next);
+            for (int k = 1; k < npopped; k++)
+                tw__state_put(t, popped[k]);
+            tw__state_put(t, got);
+            while (nspare)
+                tw__state_put(t, spare[--nspare]);
+        }
+    }
     assert_int_equal(a.live, 3);
     tw__states_release(t);
     assert_int_equal(a.live, 0);
