@@ -11,6 +11,7 @@
 #include "helpers.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include "op_states.h"
 
@@ -426,6 +427,122 @@ static void test_threads_take_and_give_back_at_once(void **state)
     free(r);
 }
 
+/* A word written and read over and over by its holder, as an op's
+ * completion does from any thread, while another thread takes the words
+ * of 33 chunks, which grows the directory four times: the holder's
+ * address of its word is read through whatever directory it finds, and
+ * must read and keep what it wrote. (Under ThreadSanitizer, CI's stage, a
+ * directory published or read without its release and acquire is a
+ * race between the growing thread's copy of the pointers and the
+ * holder's read of them: the holder's word came from a pop long before,
+ * which orders nothing of the growth.) */
+struct holder {
+    struct tw__states *t;
+    uint32_t idx;
+    _Atomic int stop;
+    _Atomic long rounds;
+    long wrong;
+    uint32_t last;
+};
+
+static void *holder_fn(void *arg)
+{
+    struct holder *h = arg;
+    uint32_t v = 0;
+    while (!atomic_load(&h->stop)) {
+        _Atomic uint32_t *w = tw__state_word(h->t, h->idx);
+        atomic_store_explicit(w, ++v, memory_order_release);
+        if (atomic_load_explicit(w, memory_order_acquire) != v)
+            h->wrong++;
+        atomic_fetch_add(&h->rounds, 1);
+    }
+    h->last = v;
+    return NULL;
+}
+
+static void test_word_held_while_the_directory_grows(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct holder h = { .t = mk(&a) };
+    assert_int_equal(tw__state_get(h.t, &h.idx), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, holder_fn, &h), 0);
+    while (atomic_load(&h.rounds) == 0)
+        sched_yield();
+    const uint32_t n = 33 * CHUNK - 1;
+    uint32_t *idx = malloc(n * sizeof(*idx));
+    assert_non_null(idx);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(tw__state_get(h.t, &idx[i]), 0);
+    long seen = atomic_load(&h.rounds);
+    while (atomic_load(&h.rounds) < seen + 100) /* still going after it */
+        sched_yield();
+    atomic_store(&h.stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(h.wrong, 0);
+    assert_int_equal(atomic_load(tw__state_word(h.t, h.idx)), h.last);
+    assert_int_equal(a.live, 1 + 5 + 33); /* the table, five directories, 33 chunks */
+    for (uint32_t i = 0; i < n; i++)
+        tw__state_put(h.t, idx[i]);
+    tw__state_put(h.t, h.idx);
+    tw__states_release(h.t);
+    assert_int_equal(a.live, 0);
+    free(idx);
+}
+
+/* The creator's release and two holders' on threads of their own, in
+ * any order, the last freeing the table: each holder writes its word
+ * after all three have met, then gives it back. What a holder wrote
+ * must come before the free, whichever thread frees (under
+ * ThreadSanitizer, a count of references dropped without its
+ * acquire and release is a race between a word's write and the free).
+ * 200 rounds, so that each is the last in some. */
+#define LAST_ROUNDS 200
+
+struct last_holder {
+    struct tw__states *t;
+    pthread_barrier_t *met;
+    int rc;
+};
+
+static void *last_holder_fn(void *arg)
+{
+    struct last_holder *h = arg;
+    uint32_t i;
+    h->rc = tw__state_get(h->t, &i);
+    pthread_barrier_wait(h->met);
+    if (h->rc == 0) {
+        atomic_store_explicit(tw__state_word(h->t, i), 1, memory_order_relaxed);
+        tw__state_put(h->t, i);
+    }
+    return NULL;
+}
+
+static void test_last_release_on_any_thread_frees(void **state)
+{
+    (void)state;
+    for (int round = 0; round < LAST_ROUNDS; round++) {
+        struct count_alloc a = { 0 };
+        struct tw__states *t = mk(&a);
+        pthread_barrier_t met;
+        assert_int_equal(pthread_barrier_init(&met, NULL, 3), 0);
+        struct last_holder hs[2] = { { t, &met, -1 }, { t, &met, -1 } };
+        pthread_t th[2];
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(pthread_create(&th[k], NULL, last_holder_fn, &hs[k]), 0);
+        pthread_barrier_wait(&met);
+        tw__states_release(t);
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(pthread_join(th[k], NULL), 0);
+        assert_int_equal(hs[0].rc, 0);
+        assert_int_equal(hs[1].rc, 0);
+        assert_int_equal(a.live, 0);
+        assert_int_equal(a.frees, 3); /* the table, its directory, its chunk */
+        pthread_barrier_destroy(&met);
+    }
+}
+
 /* Two threads that find a new table empty at once: each spins until the
  * other is there, then takes a word. One adds the first chunk under the
  * table's mutex; the other, having found the stack empty too, waits
@@ -489,6 +606,8 @@ int main(void)
         cmocka_unit_test(test_words_of_many_chunks),
         cmocka_unit_test(test_stale_pop_fails_its_exchange),
         cmocka_unit_test(test_threads_take_and_give_back_at_once),
+        cmocka_unit_test(test_word_held_while_the_directory_grows),
+        cmocka_unit_test(test_last_release_on_any_thread_frees),
         cmocka_unit_test(test_first_takers_meet_at_the_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
