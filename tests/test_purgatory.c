@@ -1905,6 +1905,63 @@ static void test_unfinished_pass_goes_on(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* 70,000 ops at once, watched on one key: their words in the table of
+ * completion words pass index 65,535, and one check completes them all,
+ * its compaction then dropping 70,000 references in one go (released a
+ * few drops late, through a ring): each op freed once, and nothing
+ * written to it after (the allocator keeps freed blocks poisoned). Given
+ * back, the words are taken again by as many new ops, the first half of
+ * them completed: a purge must drop exactly those. (Two live ops on one
+ * word, from a word given back wrong, would complete together and both
+ * go.) */
+#define MANY_OPS 70000
+
+static void test_ops_past_16_bits_of_words(void **state)
+{
+    (void)state;
+    struct count_alloc a = { .quarantine = 1 };
+    tw_purgatory *p = mk_counted(&a, 0);
+    struct req *r = calloc(MANY_OPS, sizeof(*r));
+    tw_op **op = malloc(MANY_OPS * sizeof(*op));
+    assert_non_null(r);
+    assert_non_null(op);
+    const struct tw_key k = KEY("many");
+    for (int i = 0; i < MANY_OPS; i++) {
+        op[i] = mk_op(p, &r[i], 3600 * SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k, 1), 0);
+    }
+    assert_int_equal(tw_purgatory_watched(p), MANY_OPS);
+    for (int i = 0; i < MANY_OPS; i++)
+        atomic_store(&r[i].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, k.data, k.len), MANY_OPS);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    for (int i = 0; i < MANY_OPS; i++) {
+        assert_int_equal(atomic_load(&r[i].completed), 1);
+        tw_op_release(op[i]);
+    }
+    memset(r, 0, MANY_OPS * sizeof(*r));
+    for (int i = 0; i < MANY_OPS; i++) {
+        op[i] = mk_op(p, &r[i], 3600 * SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k, 1), 0);
+    }
+    for (int i = 0; i < MANY_OPS / 2; i++)
+        assert_true(tw_op_force_complete(op[i]));
+    assert_int_equal(tw_purgatory_purge(p), MANY_OPS / 2);
+    assert_int_equal(tw_purgatory_watched(p), MANY_OPS / 2);
+    for (int i = MANY_OPS / 2; i < MANY_OPS; i++)
+        atomic_store(&r[i].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, k.data, k.len), MANY_OPS / 2);
+    for (int i = 0; i < MANY_OPS; i++) {
+        assert_int_equal(atomic_load(&r[i].completed), 1);
+        tw_op_release(op[i]);
+    }
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
+    assert_int_equal(count_quarantine_release(&a), 0);
+    free(op);
+    free(r);
+}
+
 /* The pass layout on a manual timer with room for the reaper: sets what
  * is left listed after the reaper's first slice, and after its second. */
 static void reaper_with_room(uint64_t *after1, uint64_t *after2)
@@ -3686,6 +3743,7 @@ int main(void)
         cmocka_unit_test(test_reaper_unschedulable_purges_inline),
         cmocka_unit_test(test_reaper_unschedulable_slices_meet),
         cmocka_unit_test(test_unfinished_pass_goes_on),
+        cmocka_unit_test(test_ops_past_16_bits_of_words),
         cmocka_unit_test(test_reaper_last_look_goes_on),
         cmocka_unit_test(test_reaper_comes_back_after_its_pass),
         cmocka_unit_test(test_reaper_with_nothing_due_stops),

@@ -301,6 +301,32 @@ static void test_held_compaction_with_nothing_to_drop_turns_nothing(void **state
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* A held list's compaction counts every completed entry, however many:
+ * 300 completed under a walker all go to limbo in one purge (a count of
+ * 8 bits would take 300 for 44 and leave 256 listed). */
+static void test_held_compaction_counts_every_completed_entry(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    tw_purgatory *p = manual_purgatory();
+    tw_op *op[N], *buf[N], **got;
+    for (int i = 0; i < N; i++)
+        op[i] = watching_key(p);
+    struct tw__pin pin;
+    assert_int_equal(tw__snapshot(p, "key", 3, buf, N, &got, &pin), N);
+    assert_ptr_equal(got, buf);
+    for (int i = 0; i < N; i++)
+        assert_true(tw_op_force_complete(op[i]));
+    assert_int_equal(tw_purgatory_purge(p), N);
+    assert_int_equal(pin.w->nlimbo, N);
+    assert_int_equal(pin.w->n, 0);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    tw__unpin(p, &pin);
+    for (int i = 0; i < N; i++)
+        tw_op_release(op[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* Key "key"'s list, and where a purge's cursor finds it. */
 static struct tw__watcher *find_list(tw_purgatory *p, uint32_t *shard, uint32_t *bucket,
                                      uint32_t *chain)
@@ -339,6 +365,34 @@ static size_t slice_at_key(tw_purgatory *p, uint32_t budget)
 static bool tomb(const struct tw__went *e)
 {
     return tw__dead(e->op) && !tw__untag(e->op) && tw__went_completed(e);
+}
+
+/* A slice that goes through a whole list counts each entry it looked
+ * at, however many: with a budget of exactly a list of 300 (the lock,
+ * each entry, the list), the slice drops its 300 completed ops and stops
+ * where the list was. Counted in 8 bits, the 300 would be 44, and the
+ * slice would go on past its budget, through the empty buckets after. */
+static void test_slice_counts_every_entry_of_a_long_list(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    tw_purgatory *p = manual_purgatory();
+    tw_op *op[N];
+    for (int i = 0; i < N; i++)
+        op[i] = watching_key(p);
+    for (int i = 0; i < N; i++)
+        assert_true(tw_op_force_complete(op[i]));
+    uint32_t k = 0, b = 0, c = 0;
+    assert_non_null(find_list(p, &k, &b, &c));
+    assert_int_equal(slice_at_key(p, 1 + N + 1), N);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    /* the emptied list dropped: the cursor names its place, now the next's */
+    assert_int_equal(p->pcur.shard, k);
+    assert_int_equal(p->pcur.bucket, b);
+    assert_int_equal(p->pcur.chain, c);
+    for (int i = 0; i < N; i++)
+        tw_op_release(op[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
 }
 
 /* A slice that stops in a long list leaves the entries it moved as
@@ -632,6 +686,8 @@ int main(void)
         cmocka_unit_test(test_purge_keeps_an_emptied_list_a_walker_holds),
         cmocka_unit_test(test_compaction_moves_no_more_than_it_counted),
         cmocka_unit_test(test_held_compaction_with_nothing_to_drop_turns_nothing),
+        cmocka_unit_test(test_held_compaction_counts_every_completed_entry),
+        cmocka_unit_test(test_slice_counts_every_entry_of_a_long_list),
         cmocka_unit_test(test_stale_exact_when_completion_meets_compaction),
         cmocka_unit_test(test_slice_leaves_tombstones_and_goes_on),
         cmocka_unit_test(test_slice_passes_a_held_list_it_cannot_compact),
