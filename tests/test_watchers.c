@@ -302,14 +302,17 @@ static void test_held_compaction_with_nothing_to_drop_turns_nothing(void **state
 }
 
 /* A held list's compaction counts every completed entry, however many:
- * 300 completed under a walker all go to limbo in one purge (a count of
- * 8 bits would take 300 for 44 and leave 256 listed). */
+ * 70,000 completed under a walker all go to limbo in one purge (a count
+ * of 8 or 16 bits would take 70,000 for 112 or 4,464 and leave the rest
+ * listed). */
 static void test_held_compaction_counts_every_completed_entry(void **state)
 {
     (void)state;
-    enum { N = 300 };
+    enum { N = 70000 };
     tw_purgatory *p = manual_purgatory();
-    tw_op *op[N], *buf[N], **got;
+    tw_op **op = malloc(N * sizeof(*op)), **buf = malloc(N * sizeof(*buf)), **got;
+    assert_non_null(op);
+    assert_non_null(buf);
     for (int i = 0; i < N; i++)
         op[i] = watching_key(p);
     struct tw__pin pin;
@@ -325,6 +328,8 @@ static void test_held_compaction_counts_every_completed_entry(void **state)
     for (int i = 0; i < N; i++)
         tw_op_release(op[i]);
     tw_purgatory_destroy(p, NULL, NULL);
+    free(op);
+    free(buf);
 }
 
 /* Key "key"'s list, and where a purge's cursor finds it. */
