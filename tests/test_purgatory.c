@@ -3323,6 +3323,88 @@ static void test_op_lock_held_after_nested_release(void **state)
     tw_purgatory_destroy(p, NULL, NULL);
 }
 
+/* The op's lock is recursive to any depth: a try_complete that checks
+ * its own key again, 65,537 deep (each check takes the lock once more),
+ * and completes the op at the bottom, still holds the lock in every frame
+ * once the check inside it has returned; the lock is free only when the
+ * outermost check returns. A depth counted in 16 or 8 bits lets the lock
+ * go at the 65,537th or 257th frame's release, with every frame above
+ * still inside it. The holder is read from the op (purgatory.h): no other
+ * thread runs here. The frames take tens of megabytes: the calls run on a
+ * thread of their own with a stack of 256 MiB (reserved, touched only as
+ * deep as they go). Under ThreadSanitizer 300 deep, past 8 bits only: its
+ * own record of a thread's calls does not go 131,000 frames deep (the run
+ * stopped on a signal there). */
+#if defined(__SANITIZE_THREAD__)
+#define NEST_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NEST_UNDER_TSAN 1
+#endif
+#endif
+#ifdef NEST_UNDER_TSAN
+enum { NEST = 300 };
+#else
+enum { NEST = 65537 };
+#endif
+static tw_purgatory *nest_p;
+static int nest_armed, nest_level, nest_still_held;
+
+static bool nest_try(tw_op *op)
+{
+    if (!nest_armed)
+        return false;
+    if (nest_level == NEST)
+        return tw_op_force_complete(op);
+    nest_level++;
+    int rc = tw_purgatory_check_and_complete(nest_p, "deep", 4);
+    if (rc != (nest_level == NEST))
+        abort(); /* cmocka's longjmp cannot cross to the test's thread */
+    nest_level--;
+    nest_still_held += atomic_load_explicit(&op->owner, memory_order_relaxed) != 0;
+    return false;
+}
+
+static const struct tw_op_ops nest_ops = { nest_try, req_complete, req_expire };
+
+static void *nest_outermost(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)tw_purgatory_check_and_complete(nest_p, "deep", 4);
+}
+
+static void test_op_lock_nested_past_16_bits(void **state)
+{
+    (void)state;
+    nest_p = mk_manual(1000);
+    nest_armed = nest_level = nest_still_held = 0;
+    static struct req r;
+    memset(&r, 0, sizeof r);
+    tw_op *op;
+    assert_int_equal(tw_op_create(nest_p, &nest_ops, &r, 60 * SEC, &op), 0);
+    struct tw_key k = KEY("deep");
+    assert_int_equal(tw_purgatory_try_complete_else_watch(nest_p, op, &k, 1), 0);
+    nest_armed = 1;
+    pthread_attr_t at;
+    assert_int_equal(pthread_attr_init(&at), 0);
+    assert_int_equal(pthread_attr_setstacksize(&at, (size_t)256 << 20), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, &at, nest_outermost, NULL), 0);
+    pthread_attr_destroy(&at);
+    void *rc;
+    assert_int_equal(pthread_join(th, &rc), 0);
+    assert_int_equal((intptr_t)rc, 0);
+    assert_int_equal(nest_level, 0);
+    assert_int_equal(nest_still_held, NEST);
+    assert_int_equal(atomic_load_explicit(&op->owner, memory_order_relaxed), 0);
+    assert_int_equal(atomic_load(&r.completed), 1);
+    assert_int_equal(tw_purgatory_delayed(nest_p), 0);
+    assert_int_equal(tw_purgatory_watched(nest_p), 0);
+    assert_false(tw_op_force_complete(op)); /* takes the lock: free */
+    tw_op_release(op);
+    tw_purgatory_destroy(nest_p, NULL, NULL);
+}
+
 /* Concurrent watch / complete / expire: every op ends completed exactly
  * once, by an event or by its timeout (then expired once, after). */
 #define SOPS 4000
@@ -3759,6 +3841,7 @@ int main(void)
         cmocka_unit_test(test_completion_publishes_answer),
         cmocka_unit_test(test_submission_tries_under_op_lock),
         cmocka_unit_test(test_op_lock_held_after_nested_release),
+        cmocka_unit_test(test_op_lock_nested_past_16_bits),
         cmocka_unit_test(test_concurrent_watch_complete_expire),
         cmocka_unit_test(test_cancel_races_submission),
         cmocka_unit_test(test_cancel_after_driver_took),

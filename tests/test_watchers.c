@@ -521,6 +521,79 @@ static void test_slice_leaves_tombstones_and_goes_on(void **state)
         tw_op_release(q[i]);
 }
 
+/* A slice that stops past 65,535 entries into a list keeps its place
+ * whole: of 70,000 entries, the even ones completed, a slice through the
+ * first 66,000 leaves the 33,000 it kept at 0 and tombstones from there
+ * to 66,000, and the next slice goes on from 66,000 and closes the list
+ * up, the odd ones in order. Held in 16 or 8 bits, the marks would name
+ * other entries (464 for 66,000), and the next slice would write what it
+ * keeps over entries still listed. */
+static void test_slice_stops_past_16_bits_into_a_list(void **state)
+{
+    (void)state;
+    enum { N = 70000, STOP = 66000 };
+    tw_purgatory *p = manual_purgatory();
+    tw_op **op = malloc(N * sizeof(*op));
+    assert_non_null(op);
+    for (int i = 0; i < N; i++)
+        op[i] = watching_key(p);
+    for (int i = 0; i < N; i += 2)
+        assert_true(tw_op_force_complete(op[i]));
+    uint32_t k = 0, b = 0, c = 0;
+    struct tw__watcher *w = find_list(p, &k, &b, &c);
+    assert_int_equal(slice_at_key(p, 1 + STOP), STOP / 2);
+    assert_int_equal(w->pw, STOP / 2);
+    assert_int_equal(w->pr, STOP);
+    assert_int_equal(w->n, N);
+    assert_true(tomb(&w->ents[STOP / 2]));
+    assert_true(tomb(&w->ents[STOP - 1]));
+    assert_ptr_equal(w->ents[STOP].op, op[STOP]);
+    assert_int_equal(slice_at_key(p, 1 + (N - STOP) + 1), (N - STOP) / 2);
+    assert_int_equal(w->n, N / 2);
+    assert_int_equal(w->pr, 0);
+    for (int i = 0; i < N / 2; i++)
+        assert_ptr_equal(w->ents[i].op, op[2 * i + 1]);
+    assert_int_equal(tw_purgatory_watched(p), N / 2);
+    tw_purgatory_destroy(p, NULL, NULL);
+    for (int i = 0; i < N; i++)
+        tw_op_release(op[i]);
+    free(op);
+}
+
+/* 65,536 walkers out on one list hold it: the op completed under them
+ * goes to limbo, not away, and limbo is released by the last of them
+ * only. Counted in 16 or 8 bits, 65,536 walkers would be none: the
+ * purge would drop the op's reference while they may still read it. */
+static void test_walkers_past_16_bits_hold_the_list(void **state)
+{
+    (void)state;
+    enum { WALKERS = 65536 };
+    tw_purgatory *p = manual_purgatory();
+    tw_op *a = watching_key(p), *b = watching_key(p);
+    tw_op *buf[2], **got;
+    struct tw__pin pin;
+    for (int i = 0; i < WALKERS; i++) {
+        assert_int_equal(tw__snapshot(p, "key", 3, buf, 2, &got, &pin), 2);
+        assert_ptr_equal(got, buf);
+    }
+    struct tw__watcher *w = pin.w;
+    assert_true(tw_op_force_complete(a));
+    assert_int_equal(tw_purgatory_purge(p), 1);
+    assert_int_equal(w->n, 1);
+    assert_int_equal(w->nlimbo, 1);
+    assert_ptr_equal(w->limbo[0], a);
+    for (int i = 0; i < WALKERS - 1; i++)
+        tw__unpin(p, &pin);
+    assert_non_null(w->limbo); /* one walker still out */
+    tw__unpin(p, &pin);
+    assert_null(w->limbo);
+    assert_int_equal(w->nlimbo, 0);
+    assert_ptr_equal(w->ents[0].op, b);
+    tw_op_release(a);
+    tw_op_release(b);
+    tw_purgatory_destroy(p, NULL, NULL);
+}
+
 /* A slice that comes back to a list it stopped in, now held by a walker,
  * and cannot have limbo for it (no memory) leaves the list as it is and
  * goes on: stopping there, every slice would stop there until the walker
@@ -695,6 +768,8 @@ int main(void)
         cmocka_unit_test(test_slice_counts_every_entry_of_a_long_list),
         cmocka_unit_test(test_stale_exact_when_completion_meets_compaction),
         cmocka_unit_test(test_slice_leaves_tombstones_and_goes_on),
+        cmocka_unit_test(test_slice_stops_past_16_bits_into_a_list),
+        cmocka_unit_test(test_walkers_past_16_bits_hold_the_list),
         cmocka_unit_test(test_slice_passes_a_held_list_it_cannot_compact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
