@@ -352,6 +352,18 @@ static struct tw__watcher *find_list(tw_purgatory *p, uint32_t *shard, uint32_t 
     return NULL;
 }
 
+/* n ops watching "key" alone (into op), the even ones completed; their
+ * list, and where a purge's cursor finds it. */
+static struct tw__watcher *evens_completed(tw_purgatory *p, tw_op **op, int n, uint32_t *k,
+                                           uint32_t *b, uint32_t *c)
+{
+    for (int i = 0; i < n; i++)
+        op[i] = watching_key(p);
+    for (int i = 0; i < n; i += 2)
+        assert_true(tw_op_force_complete(op[i])); /* the even ones stale */
+    return find_list(p, k, b, c);
+}
+
 /* A slice of `budget` visits from "key"'s list on (the shard's lock counts
  * one, then each entry one: 1 + n goes through n entries of the list).
  * Returns how many went. */
@@ -412,12 +424,8 @@ static void test_slice_leaves_tombstones_and_goes_on(void **state)
     enum { N = 100 };
     tw_purgatory *p = manual_purgatory();
     tw_op *op[N];
-    for (int i = 0; i < N; i++)
-        op[i] = watching_key(p);
-    for (int i = 0; i < N; i += 2)
-        assert_true(tw_op_force_complete(op[i])); /* even ones stale */
     uint32_t k = 0, b = 0, c = 0;
-    struct tw__watcher *w = find_list(p, &k, &b, &c);
+    struct tw__watcher *w = evens_completed(p, op, N, &k, &b, &c);
 
     /* entries 0..19: ten go, ten stay at 0..9, 10..19 are tombstones */
     assert_int_equal(slice_at_key(p, 1 + 20), 10);
@@ -535,12 +543,8 @@ static void test_slice_stops_past_16_bits_into_a_list(void **state)
     tw_purgatory *p = manual_purgatory();
     tw_op **op = malloc(N * sizeof(*op));
     assert_non_null(op);
-    for (int i = 0; i < N; i++)
-        op[i] = watching_key(p);
-    for (int i = 0; i < N; i += 2)
-        assert_true(tw_op_force_complete(op[i]));
     uint32_t k = 0, b = 0, c = 0;
-    struct tw__watcher *w = find_list(p, &k, &b, &c);
+    struct tw__watcher *w = evens_completed(p, op, N, &k, &b, &c);
     assert_int_equal(slice_at_key(p, 1 + STOP), STOP / 2);
     assert_int_equal(w->pw, STOP / 2);
     assert_int_equal(w->pr, STOP);
@@ -605,12 +609,8 @@ static void test_slice_passes_a_held_list_it_cannot_compact(void **state)
     struct hook h = { 0 };
     tw_purgatory *p = hooked_purgatory(&h);
     tw_op *op[N];
-    for (int i = 0; i < N; i++)
-        op[i] = watching_key(p);
-    for (int i = 0; i < N; i += 2)
-        assert_true(tw_op_force_complete(op[i]));
     uint32_t k = 0, b = 0, c = 0;
-    struct tw__watcher *w = find_list(p, &k, &b, &c);
+    struct tw__watcher *w = evens_completed(p, op, N, &k, &b, &c);
     assert_int_equal(slice_at_key(p, 1 + 10), 5);
     assert_int_equal(w->pr, 10);
     tw_op *buf[N], **got;
