@@ -61,7 +61,11 @@ made -EINVAL, and -EINVAL made -ENOENT), or with set 41 makes a value
 signed (a declaration that starts a line with `uint64_t` made
 `int64_t`), or with set 42 the same for 32 bits (`uint32_t` made
 `int32_t`), or with set 43 turns an order round (two statements that
-set 3 would remove, on consecutive lines at one indent, swapped), in a
+set 3 would remove, on consecutive lines at one indent, swapped), or
+with sets 44 to 46 narrows an atomic (a declaration that starts a line
+with `_Atomic`, which sets 28 to 35, 41 and 42 pass over: set 44 one
+width down as sets 28 to 31, set 45 to a byte or 16 bits as sets 32 to
+35, set 46 signed as sets 41 and 42), in a
 git worktree of HEAD, builds it
 (sets 36 and 37 with clang and ThreadSanitizer, as CI's stage: on x86 a
 weaker order compiles to the same loads and stores, and only TSan's
@@ -107,6 +111,22 @@ def declaration(types):
     alternation: a local, or a struct's field; sets 28 to 35, 41 and 42),
     the type its group 1."""
     return re.compile(r'^\s+(?:const\s+)?(' + types + r')\s+\**\s*\w+\s*[=;,\[]')
+
+
+def atomic_declaration(types):
+    """An atomic's declaration (`_Atomic type name`, a local, a struct's
+    field or a file's static; sets 44 to 46), the type its group 1. The
+    sets before them read `_Atomic` as the type and passed these over."""
+    return re.compile(r'^\s*(?:static\s+)?_Atomic\s+(' + types + r')\s+\**\s*\w+\s*[=;,\[]')
+
+
+# Sets 44 to 46's narrowings, each type's own (a set is one replacement
+# a candidate).
+ATOMIC_NARROWER = {'uint64_t': 'uint32_t', 'uint32_t': 'uint16_t', 'size_t': 'uint16_t',
+                   'int': 'int16_t', 'long': 'int16_t'}
+ATOMIC_BYTE = {'uint64_t': 'uint16_t', 'uint32_t': 'uint8_t', 'uint16_t': 'uint8_t',
+               'size_t': 'uint8_t', 'int': 'int8_t', 'long': 'int8_t'}
+ATOMIC_SIGNED = {'uint64_t': 'int64_t', 'uint32_t': 'int32_t'}
 
 
 FILES = ['src/wheel.c', 'src/wheel.h', 'src/timer.c', 'src/drain.c', 'src/pool.h', 'src/pool.c',
@@ -346,6 +366,21 @@ SETS = {
     # reorders many of them anyway: same-code); does some test see the
     # order of each pair that matters?
     43: 'order',
+    # Sets 44 to 46: an atomic narrowed. Sets 28 to 35, 41 and 42 take a
+    # declaration's first word as its type, so `_Atomic uint32_t state`
+    # was never narrowed: an op's state word (its count of lists above two
+    # flag bits), a reference count, a count of entries watched or
+    # pending, a futex word. Set 44 makes each one width narrower
+    # (`uint64_t` to `uint32_t`, `uint32_t` to `uint16_t`, `size_t` to
+    # `uint16_t`, `int` and `long` to `int16_t`), set 45 two widths or a
+    # byte (as sets 32 to 35), set 46 signed (as sets 41 and 42): does some
+    # test carry each atomic count past the narrower width?
+    44: (atomic_declaration('uint64_t|uint32_t|size_t|int|long'), 1,
+         lambda a: ATOMIC_NARROWER[a]),
+    45: (atomic_declaration('uint64_t|uint32_t|uint16_t|size_t|int|long'), 1,
+         lambda a: ATOMIC_BYTE[a]),
+    46: (atomic_declaration('uint64_t|uint32_t'), 1,
+         lambda a: ATOMIC_SIGNED[a]),
 }
 OPS = SETS[1]
 # Set 3 removes a statement: what a line holds as a whole that is written
