@@ -1390,11 +1390,14 @@ static void test_reschedule_from_unfired(void **state)
  * workers' queue holds taken tasks (one worker): each task that never ran
  * is handed back exactly once, a periodic one included; one cancelled
  * while it waited is not (its cancel had it). With no `unfired` callback
- * they are counted and dropped. */
+ * they are counted and dropped. 300 tasks: the queue's hands-back are
+ * counted past a byte (with one worker the driver has queued them all by
+ * the time the stop comes, in every run seen; one it had not taken would
+ * be drained from the wheel, counted all the same). */
 static void test_stop_hands_back_taken(void **state)
 {
     (void)state;
-    enum { N = 100 };
+    enum { N = 300 };
     for (uint32_t run = 0; run < 4; run++) {
         uint32_t workers = run & 1u, nocb = run >> 1;
         struct atomic_clock c;
@@ -1405,7 +1408,7 @@ static void test_stop_hands_back_taken(void **state)
         rec[0].hold = 1;
         gate_reset(1);
         tw_id cancelled;
-        /* the holder first; 99 one-shots and two periodic tasks behind it
+        /* the holder first; 299 one-shots and two periodic tasks behind it
          * (a batch is 64: with workers = 0 the rest wait in the wheel) */
         assert_int_equal(tw_schedule_at(t, base + MS, held_fn, &rec[0], NULL), 0);
         for (int k = 1; k < N; k++)
@@ -1951,6 +1954,31 @@ static void test_drain_during_dispatch(void **state)
 static tw_timer *bounded_threaded(struct atomic_clock *c)
 {
     return bounded_fake(c, 0, 4, 2, NULL);
+}
+
+/* A threaded timer counts its pending tasks against max_pending across
+ * the shards, past 16 bits: at a bound of 70,000, the 70,001st schedule
+ * is refused, a cancel lets one more in, and the next is refused again.
+ * Counted in 16 bits, 70,000 would be 4,464, and the bound let through
+ * everything past 65,535. */
+static void test_max_pending_counts_past_16_bits(void **state)
+{
+    (void)state;
+    enum { N = 70000 };
+    struct atomic_clock c;
+    tw_timer *t = bounded_fake(&c, 0, 4, N, NULL);
+    tw_id first = 0, id;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, i ? &id : &first), 0);
+    assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &id), -EAGAIN);
+    assert_int_equal(tw_cancel(t, first), 0);
+    assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &id), 0);
+    assert_int_equal(tw_schedule(t, 3600 * SEC, noop_fn, NULL, &id), -EAGAIN);
+    struct tw_stats s;
+    tw_stats(t, &s);
+    assert_int_equal(s.pending, N);
+    assert_int_equal(s.rejected, 2);
+    tw_destroy(t);
 }
 
 static void test_threaded_misc(void **state)
@@ -2531,6 +2559,7 @@ int main(void)
         cmocka_unit_test(test_reschedule_during_drain),
         cmocka_unit_test(test_drain_during_dispatch),
         cmocka_unit_test(test_threaded_misc),
+        cmocka_unit_test(test_max_pending_counts_past_16_bits),
         cmocka_unit_test(test_wake_past_16_bits),
         cmocka_unit_test(test_threaded_cancel_releases_bound),
         cmocka_unit_test(test_failed_keyed_releases_bound),
