@@ -90,16 +90,14 @@ struct tw_allocator {
 struct tw_options {
     uint64_t tick_ns;             /* level-0 tick; default 1 ms (1000000) */
     uint32_t wheel_size;          /* slots per level: power of two in
-                                     [2, TW_MAX_WHEEL_SIZE]; default 64.
-                                     A level, made when first needed,
-                                     costs wheel_size * 144 bytes (9 KB
-                                     at 64: twice the slots' bucket
-                                     lists, see tw_advance); a task pool
-                                     whose slots take 1 MiB or more
-                                     keeps room for
-                                     every level's list heads from the
-                                     start, so that making a level never
-                                     moves it */
+                                     [2, TW_MAX_WHEEL_SIZE]; default 64. A
+                                     level, made when first needed, costs
+                                     wheel_size * 144 bytes (9 KB at 64:
+                                     twice the slots' bucket lists, see
+                                     tw_advance); a task pool whose slots
+                                     take 1 MiB or more keeps room for every
+                                     level's list heads from the start, so
+                                     that making a level never moves it */
     uint64_t max_pending;         /* 0 = unbounded; else schedule beyond it
                                      returns -EAGAIN */
     uint64_t (*clock)(void *ctx); /* NULL = CLOCK_MONOTONIC in ns */
@@ -117,49 +115,41 @@ struct tw_options {
                                      creating thread may run on (its
                                      affinity: a cpuset, taskset),
                                      4 .. 64 */
-    uint64_t capacity;            /* tasks to make room for at creation
-                                     (0 = grow on demand; threaded: shared
-                                     out evenly over the shards; a thread
-                                     schedules into one shard (see
-                                     "Scaling" below), so with fewer
-                                     scheduling threads than shards their
-                                     shards outgrow their shares and the
-                                     other shares go unused: counted in
-                                     tw_stats.memory_bytes, not resident
-                                     with the default allocator), and
-                                     for the 16 cancels a shard whose
-                                     slots wait to be reused
-                                     (tw_cancel). A full pool
-                                     doubles: with the default allocator
+    uint64_t capacity;            /* tasks to make room for at creation (0 =
+                                     grow on demand; threaded: shared out
+                                     evenly over the shards; a thread
+                                     schedules into one shard (see "Scaling"
+                                     below), so with fewer scheduling threads
+                                     than shards their shards outgrow their
+                                     shares and the other shares go unused:
+                                     counted in tw_stats.memory_bytes, not
+                                     resident with the default allocator), and
+                                     for the 16 cancels a shard whose slots
+                                     wait to be reused (tw_cancel). A full
+                                     pool doubles: with the default allocator
                                      a pool of 1 MiB or more is mapped
                                      directly in a reservation of address
-                                     space (see tw_allocator) and grows
-                                     in place (past it, by mremap: its
-                                     pages move, nothing is copied), and
-                                     is made resident 128 KiB at a time
-                                     ahead of the slots in use
-                                     (Linux 5.14+: madvise
-                                     MADV_POPULATE_WRITE, one call in
-                                     place of 32 page faults), on 4 KiB
-                                     pages unless huge_pages; a
-                                     user's allocator copies it and
-                                     its pages fault in as touched. A
+                                     space (see tw_allocator) and grows in
+                                     place (past it, by mremap: its pages
+                                     move, nothing is copied), and is made
+                                     resident 128 KiB at a time ahead of the
+                                     slots in use (Linux 5.14+: madvise
+                                     MADV_POPULATE_WRITE, one call in place of
+                                     32 page faults), on 4 KiB pages unless
+                                     huge_pages; a user's allocator copies it
+                                     and its pages fault in as touched. A
                                      manual timer sized here never grows (a
-                                     threaded shard may outgrow its
-                                     share). A shard holds
-                                     at most 238,609,294 tasks (with 32
-                                     shards 134,217,727, with 64
-                                     67,108,863; on a 32-bit target
-                                     59,652,323 whatever the shards;
-                                     then -ENOMEM); a capacity whose
-                                     share is larger is refused
-                                     (-EINVAL). Nothing shrinks: the
-                                     room a peak made (slots, levels,
-                                     keyed and periodic records, the
-                                     key table) stays with the timer,
-                                     reused, until tw_destroy
-                                     (tw_stats.memory_bytes counts
-                                     it). */
+                                     threaded shard may outgrow its share). A
+                                     shard holds at most 238,609,294 tasks
+                                     (with 32 shards 134,217,727, with 64
+                                     67,108,863; on a 32-bit target 59,652,323
+                                     whatever the shards; then -ENOMEM); a
+                                     capacity whose share is larger is refused
+                                     (-EINVAL). Nothing shrinks: the room a
+                                     peak made (slots, levels, keyed and
+                                     periodic records, the key table) stays
+                                     with the timer, reused, until tw_destroy
+                                     (tw_stats.memory_bytes counts it). */
     int huge_pages;               /* manual mode only: 0 = the task pool
                                      stays on 4 KiB pages (default);
                                      1 = once the pool, mapped by the
@@ -456,10 +446,11 @@ TW_API void tw_stats(tw_timer *t, struct tw_stats *s);
  * bucket placement of every task, counts, free list, pool bounds, key
  * map). Returns 0 if all hold, else -EFAULT after describing each failure
  * on report (which may be NULL), or -EINVAL when t is NULL.
- * O(pending + buckets + slots); threaded, it takes each shard's lock in turn. It changes
- * nothing; it mallocs (not through tw_options.allocator) one bit per slot
- * while it walks the free list, and without that memory skips the one
- * rule that needs it (no slot listed twice). For tests and fuzzers. */
+ * O(pending + buckets + slots); threaded, it takes each shard's lock in
+ * turn. It changes nothing; it mallocs (not through tw_options.allocator)
+ * one bit per slot while it walks the free list, and without that memory
+ * skips the one rule that needs it (no slot listed twice). For tests and
+ * fuzzers. */
 TW_API int tw_check(tw_timer *t, FILE *report);
 
 /* A static description of a twheel error code (negative errno): each code

@@ -197,12 +197,13 @@ TW_API bool tw_op_force_complete(tw_op *op);
  * nkeys past 2^30 - 1, a key with NULL data or length 0, an op already
  * submitted or of another purgatory); -ENOMEM, or -EAGAIN where the
  * timer's max_pending is reached (op is then neither watched nor delayed,
- * and may be submitted again); -ESHUTDOWN (timer stopped). An op that another thread
- * completes while its timeout is being scheduled, or hands over with
- * tw_purgatory_cancel_key while this call runs, returns 0 even if a watch
- * or the schedule then fails (and a handed-over op gets no timeout): its
- * on_complete has run, or the caller has it from cancel_key, and an error
- * would have the caller answer the request a second time. */
+ * and may be submitted again); -ESHUTDOWN (timer stopped). An op that
+ * another thread completes while its timeout is being scheduled, or hands
+ * over with tw_purgatory_cancel_key while this call runs, returns 0 even
+ * if a watch or the schedule then fails (and a handed-over op gets no
+ * timeout): its on_complete has run, or the caller has it from
+ * cancel_key, and an error would have the caller answer the request a
+ * second time. */
 TW_API int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
                                                 const struct tw_key *keys, size_t nkeys);
 
