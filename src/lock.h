@@ -40,6 +40,14 @@
  * on releasing, so ThreadSanitizer sees the happens-before edges it needs
  * through the atomics themselves.
  *
+ * Order: an op's lock is taken before a watch list shard's (a submission
+ * watches its keys under it) and before a timer shard's (a completion
+ * cancels the op's timeout under it), and a timer shard's before the
+ * runtime's mutex (a schedule that makes an earlier bucket kicks the
+ * driver); never the other way round. ThreadSanitizer's deadlock
+ * detector follows pthread mutexes only, so CI checks this order in its
+ * build with __linux__ undefined, where this lock is one.
+ *
  * Elsewhere than Linux (no futex) it is a pthread mutex. */
 #ifndef TW_LOCK_H
 #define TW_LOCK_H
