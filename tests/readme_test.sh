@@ -4,7 +4,8 @@
 #     in include/, and it names every function twheel.h exports;
 #  2. its options table lists exactly the members of struct tw_options, and
 #     its build options table exactly the options of meson_options.txt;
-#  3. the fuzz corpora hold as many inputs as it says;
+#  3. the fuzz corpora hold as many inputs as it (and tests/README.md)
+#     says;
 #  4. every ```c block compiles against the headers with -Wall -Wextra
 #     -Werror, so a renamed call, a changed argument list or a wrong type
 #     in an example fails here.
@@ -14,8 +15,9 @@
 # as the body of a function. The names the examples leave to the reader
 # (request_fail, monotonic_ns, req, conn_idle_id, ...) are stubbed below.
 # usage: readme_test.sh CC README INCLUDE_DIR [MESON_OPTIONS_TXT [DOC...]]
-# Each further DOC (tests/README.md) gets the first check's first half:
-# every tw_ / TW_ name it mentions must be declared in include/.
+# Each further DOC (tests/README.md) gets the first check's first half
+# (every tw_ / TW_ name it mentions must be declared in include/) and the
+# third (the corpus sizes it gives, in its own form ": N inputs").
 set -eu
 cc="$1"; readme="$2"; incdir="$3"; mopts="${4:-}"
 shift 3
@@ -86,21 +88,27 @@ if [ -n "$mopts" ]; then
 fi
 
 # 3. the fuzz corpora's sizes: each `tests/DIR/` the README follows with
-# "(N inputs)" (a line break between its words reads as a space) must hold N files,
-# so that a corpus that grows or shrinks cannot leave the figure behind
+# "(N inputs)", and each a further DOC follows with ": N inputs" (a line
+# break between words reads as a space), must hold N files, so that a
+# corpus that grows or shrinks cannot leave a figure behind. Each
+# document must give at least one.
 srcdir=$(dirname "$readme")
-tr '\n' ' ' < "$readme" | grep -o '`tests/fuzz_corpus[a-z_]*/` *( *[0-9][0-9]* inputs)' |
-  sed 's/`tests\/\([a-z_]*\)\/` *( *\([0-9]*\) inputs)/\1 \2/' > "$tmp/corpora"
-[ -s "$tmp/corpora" ] || { echo "the README gives no corpus's size (\`tests/fuzz_corpus.../\` (N inputs))"; fail=1; }
-while read -r dir n; do
-  have=$(find "$srcdir/tests/$dir" -maxdepth 1 -type f | wc -l)
-  if [ "$have" -ne "$n" ]; then
-    echo "the README says tests/$dir/ holds $n inputs; it holds $have"
-    fail=1
-  else
-    echo "corpus: tests/$dir/ holds $n inputs, as the README says"
-  fi
-done < "$tmp/corpora"
+for doc in "$readme" "$@"; do
+  tr '\n' ' ' < "$doc" |
+    grep -o '`tests/fuzz_corpus[a-z_]*/`\( *( *\|: *\)[0-9][0-9]* inputs' |
+    sed 's/`tests\/\([a-z_]*\)\/`[ (:]*\([0-9]*\) inputs/\1 \2/' > "$tmp/corpora"
+  name=${doc#"$srcdir"/}
+  [ -s "$tmp/corpora" ] || { echo "$name gives no corpus's size (\`tests/fuzz_corpus.../\` (N inputs) or : N inputs)"; fail=1; }
+  while read -r dir n; do
+    have=$(find "$srcdir/tests/$dir" -maxdepth 1 -type f | wc -l)
+    if [ "$have" -ne "$n" ]; then
+      echo "$name says tests/$dir/ holds $n inputs; it holds $have"
+      fail=1
+    else
+      echo "corpus: tests/$dir/ holds $n inputs, as $name says"
+    fi
+  done < "$tmp/corpora"
+done
 
 # 4. the C blocks, one file each: file-scope part, then the statements
 awk -v dir="$tmp" '
