@@ -5,6 +5,10 @@
  *       timer + add one). ns per pair, swept over N.
  *   W1r realistic churn: as W1, but the timer cancelled is the one added
  *       k operations ago, k uniform in [1, 1000] (requests that complete).
+ *   W1b burst churn (not one of the issue's workloads): as W1, in
+ *       bursts of 16 cancels (16 distinct victims), then 16 adds, as
+ *       requests that complete in bursts leave them: most adds do not
+ *       follow a cancel. At N = 10^4 and 10^6.
  *   W2  expire-all: 10^6 timers, delays 0 .. 2 s (--quick: 10^5 over
  *       0.2 s, as many a tick), driven in real time until all fired.
  *       CPU s per million fired (adds included), lateness; threaded
@@ -88,6 +92,7 @@ static struct {
     int reps;
     long callgrind_n;     /* --callgrind N: only the W1 loop */
     long callgrind_w2_n;  /* --callgrind-w2 N: only W2 on a simulated clock */
+    int callgrind_burst;  /* --callgrind-w1b N: --callgrind's, on W1b */
     size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     int w2_emptied;       /* --w2-emptied: W2 warm once more, no timer held */
     FILE *csv;
@@ -325,8 +330,9 @@ static void child_figures(const char *args, double *out, int k)
 
 /* ---- W1: churn ---------------------------------------------------------- */
 
-static void w1_make(struct w1_input *in, size_t n, size_t m, int realistic)
+static void w1_make(struct w1_input *in, size_t n, size_t m, int kind)
 {
+    int realistic = kind == W1_RECENT;
     in->n = n;
     in->m = m;
     in->prefill = malloc(n * sizeof(uint64_t));
@@ -341,6 +347,15 @@ static void w1_make(struct w1_input *in, size_t n, size_t m, int realistic)
         in->delays[k] = uniform(SEC, 3600 * SEC);
         in->victims[k] = realistic ? (uint32_t)uniform(1, 1001) : (uint32_t)uniform(0, n);
     }
+    /* W1b: a burst cancels its victims before it adds any, so a victim
+     * must not come twice in one burst (the heap would free a node
+     * twice): a repeat is drawn again (n > W1B_GROUP) */
+    for (size_t k = 0; kind == W1_BURST && n > W1B_GROUP && k < m; k++)
+        for (size_t j = k - k % W1B_GROUP; j < k; j++)
+            if (in->victims[j] == in->victims[k]) {
+                in->victims[k] = (uint32_t)uniform(0, n);
+                j = k - k % W1B_GROUP - 1; /* look at the whole group again */
+            }
 }
 
 static void w1_free(struct w1_input *in)
@@ -355,6 +370,7 @@ static uint64_t handle_sink; /* handles nobody cancels */
 
 void w1_loop(struct backend *b, uint64_t *handles, const struct w1_input *in, int read_clock);
 void w1r_loop(struct backend *b, const struct w1_input *in);
+void w1b_loop(struct backend *b, uint64_t *handles, const struct w1_input *in);
 
 /* The timed loop (named so that callgrind can count only it). */
 __attribute__((noinline)) void w1_loop(struct backend *b, uint64_t *handles,
@@ -393,12 +409,27 @@ __attribute__((noinline)) void w1r_loop(struct backend *b, const struct w1_input
     }
 }
 
-/* One W1 (or W1r) measurement: ns per pair, thread CPU. */
+/* W1b: m / W1B_GROUP bursts; each cancels its victims, then adds as
+ * many (named, as w1_loop, for callgrind). */
+__attribute__((noinline)) void w1b_loop(struct backend *b, uint64_t *handles,
+                                        const struct w1_input *in)
+{
+    const struct backend_ops *ops = b->ops;
+    for (size_t i = 0; i + W1B_GROUP <= in->m; i += W1B_GROUP) {
+        for (size_t j = 0; j < W1B_GROUP; j++)
+            ops->cancel(b, handles[in->victims[i + j]]);
+        for (size_t j = 0; j < W1B_GROUP; j++)
+            ops->add(b, in->delays[i + j], &g_dummy, &handles[in->victims[i + j]]);
+    }
+}
+
+/* One W1 (W1r, W1b) measurement: ns per pair, thread CPU. */
 static double w1_once(const struct backend_ops *ops, const struct w1_input *in,
-                      int realistic, int read_clock)
+                      int kind, int read_clock)
 {
     struct backend b;
     uint64_t *handles = malloc(in->n * sizeof(uint64_t));
+    int realistic = kind == W1_RECENT;
     size_t cap = in->n + (realistic ? in->m : 0) + 2048;
     if (!handles || open_backend(&b, ops, cap))
         abort();
@@ -407,6 +438,8 @@ static double w1_once(const struct backend_ops *ops, const struct w1_input *in,
     double t0 = bench_thread_cpu();
     if (realistic)
         w1r_loop(&b, in);
+    else if (kind == W1_BURST)
+        w1b_loop(&b, handles, in);
     else
         w1_loop(&b, handles, in, read_clock);
     double t1 = bench_thread_cpu();
@@ -417,14 +450,14 @@ static double w1_once(const struct backend_ops *ops, const struct w1_input *in,
 
 /* The child's side of w1_in_child: the same seeded input, made anew, and
  * one run; prints ns per pair. */
-static int w1_child(const char *name, size_t n, size_t m, int realistic, int read_clock)
+static int w1_child(const char *name, size_t n, size_t m, int kind, int read_clock)
 {
     const struct backend_ops *ops = find_backend(name);
     if (!ops)
         return 1;
     struct w1_input in;
-    w1_make(&in, n, m, realistic);
-    printf("%.9g\n", w1_once(ops, &in, realistic, read_clock));
+    w1_make(&in, n, m, kind);
+    printf("%.9g\n", w1_once(ops, &in, kind, read_clock));
     w1_free(&in);
     return 0;
 }
@@ -608,6 +641,20 @@ static void run_w1(void)
     nr = w1_all(n_r, m, 1, 0, reps, "W1r", r);
     printf("\nW1r realistic churn (cancel the timer added k ops ago, k in [1, 1000]), N = %zu:\n", n_r);
     print_ratios("W1r", "ns_per_pair", n_r, r, nr, "ns/pair", 1);
+
+    /* W1b */
+    static const size_t nb_full[] = { 10000, 1000000 }, nb_quick[] = { 10000 };
+    const size_t *nbs = cfg.w1_n ? one : cfg.quick ? nb_quick : nb_full;
+    int nnb = cfg.w1_n || cfg.quick ? 1 : 2;
+    printf("\nW1b burst churn (not one of the issue's workloads): W1 in bursts of %d "
+           "cancels, then %d adds\n  (most adds do not follow a cancel); ns per pair:\n",
+           W1B_GROUP, W1B_GROUP);
+    for (int k = 0; k < nnb; k++) {
+        char label[32];
+        snprintf(label, sizeof label, "W1b N=%zu", nbs[k]);
+        nr = w1_all(nbs[k], m, W1_BURST, 0, reps, label, r);
+        print_ratios(label, "ns_per_pair", nbs[k], r, nr, "ns/pair", 1);
+    }
 }
 
 /* ---- W1 floor: no library at all (floor.c) ---------------------------- */
@@ -2188,7 +2235,7 @@ static void usage(void)
             "usage: twheel-bench [--quick] [--only w1,w1r,floor,w2,w2sim,w3,w4,w5,w6]\n"
             "                    [--backends a,b]\n"
             "                    [--reps N (1..9, default 3)] [--out PREFIX] [--callgrind N]\n"
-            "                    [--callgrind-w2 N]\n"
+            "                    [--callgrind-w2 N] [--callgrind-w1b N]\n"
             "                    [--n N]  (W1 at this N only) [--w2-emptied]\n"
             "                    [--huge-pages]  (manual twheel with tw_options.huge_pages)\n");
     exit(2);
@@ -2248,8 +2295,11 @@ int main(int argc, char **argv)
     }
     if (argc == 8 && !strcmp(argv[1], "--w1-child")) {
         bench_huge_pages = atoi(argv[7]) != 0;
-        return w1_child(argv[2], (size_t)atol(argv[3]), (size_t)atol(argv[4]),
-                        atoi(argv[5]) != 0, atoi(argv[6]) != 0);
+        int kind = atoi(argv[5]); /* W1_PLAIN, W1_RECENT or W1_BURST */
+        if (kind < W1_PLAIN || kind > W1_BURST)
+            return 1;
+        return w1_child(argv[2], (size_t)atol(argv[3]), (size_t)atol(argv[4]), kind,
+                        atoi(argv[6]) != 0);
     }
     if (argc == 6 && !strcmp(argv[1], "--w2sim-child")) {
         cfg.quick = atoi(argv[4]) != 0; /* W2's span (w2_span) */
@@ -2294,6 +2344,10 @@ int main(int argc, char **argv)
             cfg.callgrind_n = whole_arg(argv[++k], 1, 1000000000L);
         else if (!strcmp(argv[k], "--callgrind-w2") && k + 1 < argc)
             cfg.callgrind_w2_n = whole_arg(argv[++k], 1, 1000000000L);
+        else if (!strcmp(argv[k], "--callgrind-w1b") && k + 1 < argc) {
+            cfg.callgrind_n = whole_arg(argv[++k], W1B_GROUP + 1, 1000000000L);
+            cfg.callgrind_burst = 1;
+        }
         else
             usage();
     }
@@ -2302,13 +2356,15 @@ int main(int argc, char **argv)
         usage();
 
     if (cfg.callgrind_n > 0) {
-        /* Only the W1 loop, for instruction counting under callgrind
-         * (benchmarks/callgrind.sh): N pending, 10^5 pairs. */
+        /* Only the W1 loop (--callgrind-w1b: W1b's, w1b_loop), for
+         * instruction counting under callgrind (benchmarks/callgrind.sh):
+         * N pending, 10^5 pairs. */
         struct w1_input in;
-        w1_make(&in, (size_t)cfg.callgrind_n, 100000, 0);
+        int kind = cfg.callgrind_burst ? W1_BURST : W1_PLAIN;
+        w1_make(&in, (size_t)cfg.callgrind_n, 100000, kind);
         for (size_t b = 0; b < NBACKENDS; b++)
             if (available(all_backends[b]) && selected(cfg.backends, all_backends[b]->name))
-                w1_once(all_backends[b], &in, 0, 0);
+                w1_once(all_backends[b], &in, kind, 0);
         if (selected(cfg.backends, "floor")) { /* the bare eager loop, and padded */
             floor_w1_ns(&in, FLOOR_EAGER, NULL);
             floor_w1_ns(&in, FLOOR_EAGER_PAD, NULL);

@@ -76,8 +76,13 @@ struct w1_input {
     size_t n, m;
     uint64_t *prefill;  /* n delays */
     uint64_t *delays;   /* m delays */
-    uint32_t *victims;  /* m indices in [0, n), or k in [1, 1000] (W1r) */
+    uint32_t *victims;  /* m indices in [0, n) (W1b: distinct within each
+                           burst of W1B_GROUP), or k in [1, 1000] (W1r) */
 };
+
+/* W1's three forms (w1_input, w1_once) */
+enum { W1_PLAIN, W1_RECENT /* W1r */, W1_BURST /* W1b */ };
+#define W1B_GROUP 16 /* W1b: cancels in a burst, then as many adds */
 
 /* floor.c: W1 with no timer library (bare lists written inline), ns per
  * pair, on one model of cancel. *slots_per_timer: the slots the model came

@@ -89,6 +89,28 @@ for fl in floor floor+nops; do
   printf '%-12s %16s %16s\n' "$fl" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "-"
 done
 
+# The same count for W1b (twheel-bench --callgrind-w1b: bursts of 16
+# cancels, then 16 adds, so that 15 adds of 16 do not follow a cancel
+# and take their slots from the free list's blocks, not its spare).
+printf '\ninstructions per W1b pair (bursts of 16 cancels, then 16 adds), N = 10000\n'
+printf '%-12s %16s %16s\n' backend "loop instr/pair" "library/pair"
+for be in twheel twheel-thr heap; do
+  out="$tmp/cb.$be"
+  valgrind --tool=callgrind --toggle-collect=w1b_loop --callgrind-out-file="$out" \
+    "$bench" --callgrind-w1b 10000 --backends "$be" >/dev/null 2>&1 || fail "valgrind on $be (W1b)"
+  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  lib="-"
+  if [ "$be" != heap ]; then
+    lib=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null |
+      awk '!/=>/ && match($0, /src\/timer.c:tw_(schedule|cancel)( \[[^]]*\])?$/) {
+             f = substr($0, RSTART, RLENGTH); sub(/ \[.*/, "", f)
+             gsub(",", "", $1); if ($1 + 0 > m[f]) m[f] = $1 + 0 }
+           END { for (f in m) s += m[f]; printf "%.0f", s / '"$pairs"' }')
+    need "$be W1b library instructions" "$lib"
+  fi
+  need "$be W1b instructions" "$total"
+  printf '%-12s %16s %16s\n' "$be" "$(awk "BEGIN {printf \"%.0f\", $total / $pairs}")" "$lib"
+done
 # Cache misses per pair at N = 10^6: D1 misses (reads and writes), and
 # last-level misses for each simulated size; for twheel and the intrusive
 # model also the library's share of the 2 MiB figure (inclusive, as above).

@@ -286,8 +286,9 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * 44.3 ("The free list's and the walk's prefetches, taken out again").
  * Only the step to the next block follows a link, once every
  * TW__FREE_SLOTS + 1 pops. The spare prefetches nothing: W1's schedules
- * all take it, and the fast path (timer.c, insert_fast) takes only the
- * spare or a slot never used, leaving this walk to the general path. */
+ * all take it. The fast path (timer.c, insert_fast) takes the spare or a
+ * slot never used at its first try, and this walk at a second, out of
+ * line. */
 #define TW__FREE_SLOTS 6u
 
 struct __attribute__((packed, aligned(4))) tw__free_block {

@@ -367,52 +367,17 @@ static __attribute__((noinline)) int list_started(struct tw__engine *e, uint32_t
     return 0;
 }
 
-/* The insertion both fast paths share: a plain task due at `deadline`
- * (<= tick.lim, the caller checks) into engine e, when its level exists
- * and the spare or a never-used slot is free (not one of the free list's
- * blocks: see the slot below). Returns 0 when done, having set *id (when
- * id is not NULL); 2 when done and the task made list head *started
- * non-empty (the caller calls list_started); or 1 when the general path
- * (add_plain) must do it: nothing has changed then.
- * Written out rather than composed from helpers, and ordered so that the
- * level and bucket are dead before the slot is taken: the instruction
- * count per schedule is a published figure, and fewer live values means
- * fewer registers saved and restored. */
-TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
-                        uint32_t si, uint64_t deadline, tw_fn fn, void *arg,
-                        tw_id *id, uint32_t *started)
+/* The tail of the insertion both fast paths share (insert_fast): slot i,
+ * just taken, made a plain task due at `deadline` and appended to its
+ * list in the bucket whose list 0 has head `first`. Returns 0, or 2 when
+ * the task made list head *started non-empty. */
+static inline __attribute__((always_inline)) int
+insert_slot(struct tw__engine *e, uint32_t shard_bits, uint32_t si, uint32_t first,
+            uint32_t i, uint64_t deadline, tw_fn fn, void *arg, tw_id *id,
+            uint32_t *started)
 {
-    uint64_t dt = tw__div_ceil_hot(&e->tick, deadline);
-    /* tw_schedule in manual mode needs no clamp (see there); a deadline
-     * given to tw_schedule_at may be past, and a threaded schedule's clock
-     * read may be older than the driver's last pass: due now */
-    if (clamp && dt < e->cur)
-        dt = e->cur;
-    uint32_t k = tw__level_for(e, dt);
-    if (__builtin_expect(k >= e->nlevels, 0))
-        return 1;
-    /* the head of list 0 of the task's bucket; list j's is first - 2j */
-    const struct tw__level *lv = &e->lv[k];
-    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->smask) << (TW__SUB_BITS + 1));
-
     struct tw__pool *p = &e->pool;
-    struct tw__entry *P = p->entries;
-    /* The spare (what W1 takes: its cancel has just freed it), else a
-     * slot never used while no other is free. A slot from the free
-     * list's blocks is the general path's (tw__pool_take): their walk and
-     * its prefetch, inlined here, made every schedule save two registers
-     * more (6 instructions a W1 pair, 149), and out of line, a call,
-     * five more; the walk waits on memory either way (pool.h). */
-    uint32_t i = tw__pool_pop_spare(p);
-    if (__builtin_expect(i == TW__NIL, 0)) {
-        /* blocks or rewound slots to pop (pool.h), or the pool full, or
-         * its next page not populated */
-        if (p->free_head != TW__NIL || p->used >= p->fault_at)
-            return 1;
-        i = p->used++;
-        P[i].gen = 0;
-    }
-    struct tw__entry *en = &P[i];
+    struct tw__entry *en = &p->entries[i];
     uint32_t gen = en->gen += TW__GEN_PLAIN;
     en->deadline = deadline;
     en->fn = fn;
@@ -437,7 +402,66 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
     return 2;
 }
 
-/* What insert_fast left to do (rc 1 or 2), with shard si's lock held. */
+/* The insertion both fast paths share: a plain task due at `deadline`
+ * (<= tick.lim, the caller checks) into engine e, when its level exists
+ * and a slot is free. Returns 0 when done, having set *id (when id is not
+ * NULL); 2 when done and the task made list head *started non-empty (the
+ * caller calls list_started); 3 when the spare was taken but the free
+ * list's blocks hold slots: nothing has changed, and *started is the head
+ * of list 0 of the task's bucket, for the caller to finish with a slot
+ * from the blocks (insert_slot, out of line); or 1 when the general path
+ * (add_plain) must do it: nothing has changed then.
+ * Written out rather than composed from helpers, and ordered so that the
+ * level and bucket are dead before the slot is taken: the instruction
+ * count per schedule is a published figure, and fewer live values means
+ * fewer registers saved and restored. */
+TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
+                        uint32_t si, uint64_t deadline, tw_fn fn, void *arg,
+                        tw_id *id, uint32_t *started)
+{
+    uint64_t dt = tw__div_ceil_hot(&e->tick, deadline);
+    /* tw_schedule in manual mode needs no clamp (see there); a deadline
+     * given to tw_schedule_at may be past, and a threaded schedule's clock
+     * read may be older than the driver's last pass: due now */
+    if (clamp && dt < e->cur)
+        dt = e->cur;
+    uint32_t k = tw__level_for(e, dt);
+    if (__builtin_expect(k >= e->nlevels, 0))
+        return 1;
+    /* the head of list 0 of the task's bucket; list j's is first - 2j */
+    const struct tw__level *lv = &e->lv[k];
+    uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->smask) << (TW__SUB_BITS + 1));
+
+    struct tw__pool *p = &e->pool;
+    /* The spare (what W1 takes: its cancel has just freed it), else a
+     * slot never used while no other is free. A slot from the free
+     * list's blocks is taken out of line (rc 3): their walk and its
+     * prefetch, inlined here, made every schedule save two registers
+     * more (6 instructions a W1 pair, 149), and a call here, five more;
+     * the walk waits on memory either way (pool.h). */
+    uint32_t i = tw__pool_pop_spare(p);
+    if (__builtin_expect(i == TW__NIL, 0)) {
+        /* blocks or rewound slots to pop (pool.h), or the pool full, or
+         * its next page not populated */
+        if (p->free_head != TW__NIL) {
+            *started = first;
+            return 3;
+        }
+        if (p->used >= p->fault_at)
+            return 1;
+        i = p->used++;
+        p->entries[i].gen = 0;
+    }
+    return insert_slot(e, shard_bits, si, first, i, deadline, fn, arg, id, started);
+}
+
+/* What insert_fast left to do (rc 1, 2 or 3), with shard si's lock held
+ * (threaded). rc 3: the slot from the free list's blocks, so that adds
+ * that do not each follow a cancel (cancels in a burst, a warm timer
+ * refilled after its firings) stay off the general path, which cost a
+ * W1b pair 326 instructions against W1's 154 (now 210 and 153; callgrind
+ * at 10^4, benchmarks/callgrind.sh; history.md, "Adds that do not
+ * follow a cancel"). */
 static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int rc,
                                                    uint32_t started, uint64_t deadline,
                                                    tw_fn fn, void *arg, tw_id *id)
@@ -445,6 +469,9 @@ static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int
     struct tw__engine *e = &t->shards[si].eng;
     if (rc == 1)
         return add_plain(t, si, deadline, fn, arg, id);
+    if (rc == 3 && !(rc = insert_slot(e, t->shard_bits, si, started, tw__pool_pop(&e->pool),
+                                      deadline, fn, arg, id, &started)))
+        return 0;
     /* a new bucket: in threaded mode it may be the earliest */
     uint64_t before = t->threaded ? tw__engine_head(e) : 0;
     list_started(e, started);
@@ -455,8 +482,8 @@ static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int
 
 /* Schedules a plain task at an absolute deadline on shard si, whose lock
  * the caller holds: the shared insertion, or the general path for what it
- * cannot do (a new level, a full pool, a slot from the free list's
- * blocks, a bound on pending tasks, a deadline past tick.lim). Inline, so
+ * cannot do (a new level, a full pool, a bound on pending tasks, a
+ * deadline past tick.lim). Inline, so
  * that the lock is held around as few instructions, and as few calls, as
  * can be. */
 static inline __attribute__((always_inline)) int
@@ -497,9 +524,22 @@ static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_n
     return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
 }
 
+/* Manual mode's rc 3 (insert_fast): the slot from the free list's
+ * blocks, into the list found. A tail call, with six arguments. */
+static __attribute__((noinline)) int schedule_popped(struct tw__engine *e, uint32_t first,
+                                                     uint64_t deadline, tw_fn fn, void *arg,
+                                                     tw_id *id)
+{
+    uint32_t started;
+    if (!insert_slot(e, 0, 0, first, tw__pool_pop(&e->pool), deadline, fn, arg, id, &started))
+        return 0;
+    return list_started(e, started);
+}
+
 /* The manual-mode fast path: no lock, no bound to check, one engine. What
  * needs memory (a new level, a new pool capacity) goes the general way,
- * and so does a slot from the free list's blocks (see insert_fast). */
+ * and a slot from the free list's blocks takes a second try (see
+ * insert_fast). */
 int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                 tw_id *id)
 {
@@ -519,6 +559,8 @@ int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
     int rc = insert_fast(e, 0, 0, 0, deadline, fn, arg, id, &started);
     if (__builtin_expect(rc == 0, 1))
         return 0;
+    if (rc == 3)
+        return schedule_popped(e, started, deadline, fn, arg, id);
     if (rc == 1)
         return add_plain(t, 0, deadline, fn, arg, id);
     return list_started(e, started);

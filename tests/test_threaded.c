@@ -2519,6 +2519,58 @@ static void test_long_callback_on_worker(void **state)
     tw_destroy(t);
 }
 
+/* Adds that do not follow a cancel take their slots from the free list's
+ * blocks on the fast path's second try (timer.c, insert_fast's rc 3), in
+ * threaded mode too: after 100 cancels, 100 schedules reuse the slots the
+ * cancels freed (those out of the deferred ring: at least 84), each once
+ * and none a live task's, into buckets old and new; then every live task
+ * fires once, and no cancelled one. */
+static void test_adds_after_a_burst_of_cancels(void **state)
+{
+    (void)state;
+    enum { N = 200, C = N / 2 };
+    struct atomic_clock c;
+    tw_timer *t = mk_fake_sharded(&c, 0, 5 * SEC, 1);
+    uint64_t base = atomic_load(&c.now);
+    static _Atomic int fired[N + C];
+    tw_id ids[N + C];
+    for (int k = 0; k < N + C; k++)
+        atomic_store(&fired[k], 0);
+    for (int k = 0; k < N; k++) /* a bucket each at level 0, then level 1 */
+        assert_int_equal(tw_schedule_at(t, base + (uint64_t)(k + 1) * MS, count_atomic_fn,
+                                        &fired[k], &ids[k]),
+                         0);
+    static unsigned char cancelled[N];
+    memset(cancelled, 0, sizeof cancelled);
+    for (int k = 0; k < N; k += 2) {
+        assert_int_equal(tw_cancel(t, ids[k]), 0);
+        cancelled[(uint32_t)ids[k]] = 1; /* one shard: the id's low word is the slot */
+    }
+    int reused = 0;
+    for (int k = N; k < N + C; k++) {
+        /* every third into a bucket of its own, past the others */
+        uint64_t at = k % 3 ? base + (uint64_t)(k - N + 1) * MS : base + (uint64_t)(k + 1) * MS;
+        assert_int_equal(tw_schedule_at(t, at, count_atomic_fn, &fired[k], &ids[k]), 0);
+        uint32_t slot = (uint32_t)ids[k];
+        if (slot < N) {
+            assert_int_equal(cancelled[slot], 1); /* freed, and not yet retaken */
+            cancelled[slot] = 2;
+            reused++;
+        }
+    }
+    assert_true(reused >= C - 16);
+    assert_int_equal(tw_pending(t), N);
+    assert_int_equal(tw_check(t, stderr), 0);
+    atomic_store(&c.now, base + (uint64_t)(N + C + 1) * MS);
+    tw_wake(t);
+    for (int spins = 0; tw_pending(t) && spins < 5000; spins++)
+        usleep(1000);
+    assert_int_equal(tw_stop(t, NULL, NULL), 0);
+    for (int k = 0; k < N + C; k++)
+        assert_int_equal(atomic_load(&fired[k]), k >= N || (k & 1));
+    tw_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2568,6 +2620,7 @@ int main(void)
         cmocka_unit_test(test_driver_timer_slack),
         cmocka_unit_test(test_threads_block_signals),
         cmocka_unit_test(test_destroy_from_callback_threaded),
+        cmocka_unit_test(test_adds_after_a_burst_of_cancels),
         cmocka_unit_test(test_kafka_timer_realtime),
         cmocka_unit_test(test_realtime_no_idle_wakeups),
         cmocka_unit_test(test_long_callback_on_worker),
