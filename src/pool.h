@@ -287,8 +287,7 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * Only the step to the next block follows a link, once every
  * TW__FREE_SLOTS + 1 pops. The spare prefetches nothing: W1's schedules
  * all take it. The fast path (timer.c, insert_fast) takes the spare or a
- * slot never used at its first try, and this walk at a second, out of
- * line. */
+ * slot never used inline, and this walk out of line (its rc 3). */
 #define TW__FREE_SLOTS 6u
 
 struct __attribute__((packed, aligned(4))) tw__free_block {

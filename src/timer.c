@@ -538,7 +538,7 @@ static __attribute__((noinline)) int schedule_popped(struct tw__engine *e, uint3
 
 /* The manual-mode fast path: no lock, no bound to check, one engine. What
  * needs memory (a new level, a new pool capacity) goes the general way,
- * and a slot from the free list's blocks takes a second try (see
+ * and a slot from the free list's blocks is taken out of line (rc 3, see
  * insert_fast). */
 int tw_schedule(tw_timer *t, uint64_t delay_ns, tw_fn fn, void *arg,
                 tw_id *id)
