@@ -469,8 +469,8 @@ static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int
     struct tw__engine *e = &t->shards[si].eng;
     if (rc == 1)
         return add_plain(t, si, deadline, fn, arg, id);
-    if (rc == 3 && !(rc = insert_slot(e, t->shard_bits, si, started, tw__pool_pop(&e->pool),
-                                      deadline, fn, arg, id, &started)))
+    if (rc == 3 && !insert_slot(e, t->shard_bits, si, started, tw__pool_pop(&e->pool),
+                                deadline, fn, arg, id, &started))
         return 0;
     /* a new bucket: in threaded mode it may be the earliest */
     uint64_t before = t->threaded ? tw__engine_head(e) : 0;
