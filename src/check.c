@@ -298,8 +298,8 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     if (tw__engine_pending(e) != listed + running_live)
         FAIL(c, "pending %llu, but %llu tasks live", (unsigned long long)tw__engine_pending(e),
              (unsigned long long)(listed + running_live));
-    /* the free list (pool.h): the spare, then each block's head and the
-     * slots it holds, then any rewound slots. A slot listed twice (a
+    /* the free list (pool.h): the spare, the magazine, then each block's
+     * head and the slots it holds, then any rewound slots. A slot listed twice (a
      * double free) is caught by the count below, and, when another is
      * lost with it, by a bitmap of the slots seen: plain malloc, not the
      * timer's allocator, whose tests count its calls; without memory for
@@ -308,6 +308,11 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
     uint64_t *freeseen = calloc(((size_t)tw__pool_slots(pl) + 63) / 64 + 1, sizeof(uint64_t));
     if (pl->spare != TW__NIL)
         free_slot(c, pl, pl->spare, &freecount, limit, freeseen);
+    if (pl->nmag > TW__MAG)
+        FAIL(c, "free list broken: the magazine holds %u slots", pl->nmag);
+    for (uint32_t k = 0; k < pl->nmag && k < TW__MAG; k++)
+        if (free_slot(c, pl, pl->mag[k], &freecount, limit, freeseen))
+            break;
     uint32_t h = pl->free_head;
     while (h < TW__REWOUND) {
         if (free_slot(c, pl, h, &freecount, limit, freeseen))

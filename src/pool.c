@@ -164,9 +164,10 @@ void tw__pool_rewind(struct tw__pool *p)
     /* a retired slot must never be handed out again (pool.h); and with
      * no block and no rewound slot left, every free slot is the spare:
      * nothing to put in order, and the spare is the fast path's */
-    if (p->retired || p->free_head == TW__NIL)
+    if (p->retired || (p->free_head == TW__NIL && !p->nmag))
         return;
     p->spare = TW__NIL;
+    p->nmag = 0;
     p->free_head = TW__REWOUND;
     p->rewound = 0;
 }

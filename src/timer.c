@@ -433,35 +433,40 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
     uint32_t first = lv->sb - (((uint32_t)(dt >> lv->shift) & e->smask) << (TW__SUB_BITS + 1));
 
     struct tw__pool *p = &e->pool;
-    /* The spare (what W1 takes: its cancel has just freed it), else a
-     * slot never used while no other is free. A slot from the free
-     * list's blocks is taken out of line (rc 3): their walk and its
-     * prefetch, inlined here, made every schedule save two registers
+    /* The spare (what W1 takes: its cancel has just freed it), else the
+     * magazine's top (what a burst of adds after a burst of cancels
+     * takes), else a slot never used while no other is free. A slot
+     * from the free list's blocks is taken out of line (rc 3): their
+     * walk and its prefetch, inlined here, made every schedule save two registers
      * more (6 instructions a W1 pair, 149), and a call here, five more;
      * the walk waits on memory either way (pool.h). */
     uint32_t i = tw__pool_pop_spare(p);
     if (__builtin_expect(i == TW__NIL, 0)) {
-        /* blocks or rewound slots to pop (pool.h), or the pool full, or
-         * its next page not populated */
-        if (p->free_head != TW__NIL) {
+        /* the magazine's top (pool.h), else blocks or rewound slots to
+         * pop, or the pool full, or its next page not populated */
+        if (p->nmag) {
+            i = p->mag[--p->nmag];
+        } else if (p->free_head != TW__NIL) {
             *started = first;
             return 3;
-        }
-        if (p->used >= p->fault_at)
+        } else if (p->used >= p->fault_at) {
             return 1;
-        i = p->used++;
-        p->entries[i].gen = 0;
+        } else {
+            i = p->used++;
+            p->entries[i].gen = 0;
+        }
     }
     return insert_slot(e, shard_bits, si, first, i, deadline, fn, arg, id, started);
 }
 
 /* What insert_fast left to do (rc 1, 2 or 3), with shard si's lock held
  * (threaded). rc 3: the slot from the free list's blocks, so that adds
- * that do not each follow a cancel (cancels in a burst, a warm timer
- * refilled after its firings) stay off the general path, which cost a
- * W1b pair 326 instructions against W1's 154 (now 210 and 153; callgrind
+ * that do not each follow a cancel (a warm timer refilled after its
+ * firings, cancels in bursts longer than the magazine) stay off the
+ * general path, which cost a W1b pair 326 instructions against W1's 154
+ * (210 and 153 with rc 3, 169 and 153 with the magazine since; callgrind
  * at 10^4, benchmarks/callgrind.sh; history.md, "Adds that do not
- * follow a cancel"). */
+ * follow a cancel" and "A magazine of free slots"). */
 static __attribute__((noinline)) int insert_finish(tw_timer *t, uint32_t si, int rc,
                                                    uint32_t started, uint64_t deadline,
                                                    tw_fn fn, void *arg, tw_id *id)

@@ -16,7 +16,8 @@ struct fixture {
     tw_timer *t;
     struct tw__engine *e;
     tw_id near, mid, far, keyed, every, freed;
-    tw_id fr[10]; /* freed after `freed`: two blocks of the free list */
+    tw_id mg[TW__MAG]; /* freed after `freed`: the free list's magazine */
+    tw_id fr[10];      /* freed after those: two blocks of the free list */
 };
 
 static struct tw__entry *entry_of(struct fixture *f, tw_id id)
@@ -48,15 +49,20 @@ static int setup(void **state)
     assert_int_equal(tw_schedule_every(f.t, 20 * MS, 20 * MS, TW_FIXED_RATE, noop_fn, NULL,
                                        &f.every), 0);
     assert_int_equal(tw_schedule(f.t, 7 * MS, noop_fn, NULL, &f.freed), 0);
+    for (uint32_t k = 0; k < TW__MAG; k++)
+        assert_int_equal(tw_schedule(f.t, (30 + (uint64_t)k) * MS, noop_fn, NULL, &f.mg[k]), 0);
     for (int k = 0; k < 10; k++)
         assert_int_equal(tw_schedule(f.t, (8 + (uint64_t)k) * MS, noop_fn, NULL, &f.fr[k]), 0);
     assert_int_equal(tw_cancel(f.t, f.freed), 0); /* the free list's spare */
-    /* then blocks (pool.h): fr[7] heads one holding fr[8] and fr[9];
-     * below it, fr[0] heads a full one, fr[1] .. fr[6] */
+    /* then the magazine (pool.h), mg[0] .. mg[TW__MAG - 1] */
+    for (uint32_t k = 0; k < TW__MAG; k++)
+        assert_int_equal(tw_cancel(f.t, f.mg[k]), 0);
+    /* then blocks: fr[7] heads one holding fr[8] and fr[9]; below it,
+     * fr[0] heads a full one, fr[1] .. fr[6] */
     for (int k = 0; k < 10; k++)
         assert_int_equal(tw_cancel(f.t, f.fr[k]), 0);
     assert_true(f.e->dq.n >= 3);
-    /* the eleven cancels wait in the ring, still listed (wheel.c,
+    /* the last sixteen cancels wait in the ring, still listed (wheel.c,
      * "Deferred unlink"): the timer checks clean so, and once settled */
     assert_check(f.t);
     tw__engine_settle(f.e);
@@ -257,9 +263,10 @@ static void test_generation_state(void **state)
 static void test_free_slot_in_use(void **state)
 {
     struct fixture *f = *state;
-    /* a plain task, on no list: the spare, a block's head, a slot a
-     * block holds */
+    /* a plain task, on no list: the spare, a slot in the magazine, a
+     * block's head, a slot a block holds */
     BREAK(GEN(f->freed), (GEN(f->freed) & ~3u) | 1u, "on the free list but in use");
+    BREAK(GEN(f->mg[5]), (GEN(f->mg[5]) & ~3u) | 1u, "on the free list but in use");
     BREAK(GEN(f->fr[0]), (GEN(f->fr[0]) & ~3u) | 1u, "on the free list but in use");
     BREAK(GEN(f->fr[7]), (GEN(f->fr[7]) & ~3u) | 1u, "on the free list but in use");
     BREAK(GEN(f->fr[4]), (GEN(f->fr[4]) & ~3u) | 1u, "on the free list but in use");
@@ -581,6 +588,13 @@ static void test_slot_lost_from_free_list(void **state)
     /* fr[8] twice and fr[9] lost: the total adds up, the bitmap does not */
     BREAK(top->slot[1], SLOT(f->fr[8]), "on the free list twice");
     BREAK(p->spare, SLOT(f->fr[3]), "on the free list twice"); /* `freed` lost */
+    /* the magazine: its top lost, or a slot in it twice */
+    assert_int_equal(p->nmag, TW__MAG);
+    for (uint32_t k = 0; k < TW__MAG; k++)
+        assert_int_equal(p->mag[k], SLOT(f->mg[k]));
+    BREAK(p->nmag, TW__MAG - 1, "retired !=");
+    BREAK(p->mag[2], SLOT(f->mg[9]), "on the free list twice");
+    BREAK(p->mag[0], SLOT(f->fr[4]), "on the free list twice");
 }
 
 /* `near` moved to another list of its bucket than its slot names. */
@@ -622,6 +636,8 @@ static void test_free_list_broken(void **state)
     uint32_t beyond = tw__pool_slots(p) + 5;
     BREAK(p->spare, beyond, "free list broken");
     BREAK(p->spare, tw__pool_slots(p), "free list broken"); /* the first never handed out */
+    BREAK(p->mag[TW__MAG - 1], beyond, "free list broken");
+    BREAK(p->nmag, TW__MAG + 1, "the magazine holds");
     BREAK(p->free_head, beyond, "free list broken");
     BREAK(top->slot[0], beyond, "free list broken");
     BREAK(low->next, beyond, "free list broken");
@@ -643,25 +659,28 @@ static void test_rewound_free_list(void **state)
     assert_int_equal(tw_create(&f->t, &o), 0);
     f->e = &f->t->shards[0].eng;
     struct tw__pool *p = &f->e->pool;
-    tw_id ids[10];
-    for (int k = 0; k < 10; k++)
+    enum { N = 20, TAKEN = TW__MAG + 3 }; /* the spare, the magazine, a block */
+    tw_id ids[N];
+    for (int k = 0; k < N; k++)
         assert_int_equal(tw_schedule(f->t, (1 + (uint64_t)k) * MS, noop_fn, NULL, &ids[k]), 0);
-    assert_int_equal(tw_advance(f->t, 10 * MS), 10);
+    assert_int_equal(tw_advance(f->t, N * MS), N);
     assert_int_equal(p->free_head, TW__REWOUND);
-    for (int k = 0; k < 5; k++) /* slots 0 .. 4 */
+    for (int k = 0; k < TAKEN; k++) /* slots 0 .. TAKEN - 1 */
         assert_int_equal(tw_schedule(f->t, SEC, noop_fn, NULL, &ids[k]), 0);
-    assert_int_equal(tw_cancel(f->t, ids[1]), 0); /* the spare */
-    assert_int_equal(tw_cancel(f->t, ids[2]), 0); /* a block, on the rewound end */
+    /* the spare, then the magazine, then a block on the rewound end */
+    for (int k = 1; k < TAKEN; k++)
+        assert_int_equal(tw_cancel(f->t, ids[k]), 0);
     tw__engine_settle(f->e); /* the deferred unlinks done, oldest first */
     assert_int_equal(p->spare, SLOT(ids[1]));
-    assert_int_equal(p->free_head, SLOT(ids[2]));
-    assert_int_equal(p->rewound, 5);
+    assert_int_equal(p->nmag, TW__MAG);
+    assert_int_equal(p->free_head, SLOT(ids[TAKEN - 1]));
+    assert_int_equal(p->rewound, TAKEN);
     assert_check(f->t);
-    struct tw__free_block *b = tw__pool_block(p, SLOT(ids[2]));
+    struct tw__free_block *b = tw__pool_block(p, SLOT(ids[TAKEN - 1]));
     assert_int_equal(b->next, TW__REWOUND);
     BREAK(p->rewound, p->used, "ends in the rewound slots");
-    BREAK(p->rewound, 4, "on the free list but in use"); /* slot 4 is */
-    BREAK(p->rewound, 6, "retired !=");                  /* slot 5 lost */
+    BREAK(p->rewound, 0, "on the free list but in use"); /* slot 0 is */
+    BREAK(p->rewound, TAKEN + 1, "retired !=");          /* slot TAKEN lost */
     BREAK(b->next, TW__NIL, "retired !=");               /* all of them lost */
     tw_destroy(f->t);
 }

@@ -219,7 +219,8 @@ static void test_wrap_on_fire(void **state)
     tw_timer *t = mk(&c);
     tw_id ids[2];
     uint32_t slot = reuse(t, count_fired, ids);
-    /* two more, so that the free list has a block when the timer empties */
+    /* two more, so that the free list holds more than the spare when the
+     * timer empties (the other in the magazine) */
     assert_int_equal(tw_schedule(t, MS, count_fired, NULL, NULL), 0);
     assert_int_equal(tw_schedule(t, MS, count_fired, NULL, NULL), 0);
     fired_count = 0;
@@ -228,7 +229,8 @@ static void test_wrap_on_fire(void **state)
     assert_int_equal(retired(t), 1);
     /* the timer is empty, but a pool with a retired slot never rewinds
      * (pool.h): the rewound slots would include it, at generation 0 */
-    assert_true(t->shards[0].eng.pool.free_head < TW__REWOUND);
+    assert_int_equal(t->shards[0].eng.pool.free_head, TW__NIL);
+    assert_int_equal(t->shards[0].eng.pool.nmag, 1);
     assert_retired(t, slot, ids, 2);
     tw_destroy(t);
 }
@@ -684,16 +686,33 @@ static void test_ring_kept_by_general_schedule(void **state)
     tw_destroy(t);
 }
 
-/* The free list (pool.h: a spare, then blocks kept inside free entries):
- * for every count of slots freed, across block boundaries, the schedules
- * that follow take exactly the slots freed (the pool does not grow): the
- * spare first, then the blocks' slots, the last freed first; tw_check
- * walks every state in between. Freed by cancel and by firing alike. */
+/* The free list (pool.h: a spare, a magazine, then blocks kept inside
+ * free entries): for every count of slots freed, across the magazine's
+ * end and block boundaries, the schedules that follow take exactly the
+ * slots freed (the pool does not grow), in the order pool.h gives: with
+ * slots f0, f1, ... freed in turn into an empty free list, f0 is the
+ * spare, the next TW__MAG go to the magazine and the rest to blocks, so
+ * the schedules take f0, then the magazine's from the last freed down to
+ * f1, then the blocks' from the last freed down to f(TW__MAG + 1).
+ * tw_check walks every state in between. Freed by cancel (their deferred
+ * unlinks settled, oldest first) and by firing (in the order fired);
+ * taken by plain schedules (timer.c, insert_fast) and by keyed ones
+ * (the general path: tw__pool_pop). */
+static uint32_t fired_slots[64], nfired_slots;
+
+static void record_slot(tw_timer *t, tw_id id, void *arg)
+{
+    (void)arg;
+    fired_slots[nfired_slots++] = tw__id_slot(t, id);
+}
+
 static void test_free_list_blocks(void **state)
 {
     (void)state;
-    enum { N = 3 * (TW__FREE_SLOTS + 1) + 2 };
-    for (int by_firing = 0; by_firing < 2; by_firing++) {
+    enum { N = 1 + TW__MAG + 3 * (TW__FREE_SLOTS + 1) + 2 };
+    _Static_assert(N <= 64, "fired_slots holds them");
+    for (int mode = 0; mode < 4; mode++) {
+        int by_firing = mode & 1, keyed = mode >> 1;
         for (uint32_t k = 0; k <= N; k++) {
             struct fake_clock c;
             struct tw_options o = manual_opts(&c, 0, MS, 64);
@@ -702,40 +721,50 @@ static void test_free_list_blocks(void **state)
             struct tw__pool *p = &t->shards[0].eng.pool;
             tw_id ids[N];
             for (uint32_t j = 0; j < N; j++) /* the first k fire at 1 ms */
-                assert_int_equal(tw_schedule(t, (j < k ? 1 : 10) * MS, noop_fn, NULL, &ids[j]),
+                assert_int_equal(tw_schedule(t, (j < k ? 1 : 10) * MS, record_slot, NULL,
+                                             &ids[j]),
                                  0);
             uint32_t used = p->used;
-            unsigned char freed[N] = { 0 };
+            uint32_t f[N]; /* the slots in the order freed */
+            nfired_slots = 0;
             if (by_firing) {
                 assert_int_equal(tw_advance(t, MS), (int)k);
+                assert_int_equal(nfired_slots, k);
+                memcpy(f, fired_slots, k * sizeof(f[0]));
             } else {
                 for (uint32_t j = 0; j < k; j++) {
                     assert_int_equal(tw_cancel(t, ids[j]), 0);
                     assert_check(t);
+                    f[j] = tw__id_slot(t, ids[j]);
                 }
                 /* the unlinks deferred (wheel.c) done, oldest first: the
                  * free list as the cancels would have left it at once */
                 tw__engine_settle(&t->shards[0].eng);
             }
-            for (uint32_t j = 0; j < k; j++)
-                freed[tw__id_slot(t, ids[j])] = 1;
+            /* all fired: the timer is empty and rewinds (below), so the
+             * slots are taken in address order */
+            int rewound = by_firing && k == N;
+            assert_int_equal(p->free_head == TW__REWOUND, rewound);
+            uint32_t inmag = k > 1 ? (k - 1 < TW__MAG ? k - 1 : TW__MAG) : 0;
+            assert_int_equal(p->nmag, rewound ? 0 : inmag);
             assert_check(t);
             for (uint32_t j = 0; j < k; j++) {
                 tw_id id;
-                assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
-                uint32_t slot = tw__id_slot(t, id);
-                /* cancelled first, into an empty free list: the spare;
-                 * then the blocks, last in first out */
-                if (j == 0 && !by_firing)
-                    assert_int_equal(slot, tw__id_slot(t, ids[0]));
-                if (j == 1 && !by_firing)
-                    assert_int_equal(slot, tw__id_slot(t, ids[k - 1]));
-                assert_true(slot < N && freed[slot]); /* a freed slot, once */
-                freed[slot] = 0;
+                if (keyed)
+                    assert_int_equal(tw_schedule_keyed(t, &j, sizeof j, SEC, noop_fn, NULL, &id),
+                                     0);
+                else
+                    assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
+                uint32_t want = rewound  ? j
+                                : j == 0 ? f[0]
+                                : j <= inmag ? f[inmag + 1 - j]
+                                             : f[k - 1 - (j - 1 - inmag)];
+                assert_int_equal(tw__id_slot(t, id), want);
                 assert_check(t);
             }
             assert_int_equal(p->used, used);
             assert_int_equal(p->spare, TW__NIL);
+            assert_int_equal(p->nmag, 0);
             assert_int_equal(p->free_head, TW__NIL);
             tw_id id; /* the free list empty: the next slot is a new one */
             assert_int_equal(tw_schedule(t, SEC, noop_fn, NULL, &id), 0);
@@ -773,6 +802,7 @@ static void test_free_list_rewinds(void **state)
     assert_int_equal(tw_pending(t), 0);
     assert_int_equal(p->free_head, TW__REWOUND);
     assert_int_equal(p->spare, TW__NIL);
+    assert_int_equal(p->nmag, 0);
     assert_int_equal(p->rewound, 0);
     assert_check(t);
 
@@ -828,7 +858,7 @@ static void test_free_list_rewinds(void **state)
 
 /* A timer of one task at a time: when it empties, its only free slot is
  * the spare, and it stays the spare (the fast path's), not rewound. With
- * two, the second is in a block, and the timer rewinds. */
+ * two, the second is in the magazine, and the timer rewinds. */
 static void test_rewind_not_for_the_spare(void **state)
 {
     (void)state;
@@ -849,6 +879,7 @@ static void test_rewind_not_for_the_spare(void **state)
     assert_int_equal(tw_advance(t, 5 * MS), 2);
     assert_int_equal(p->free_head, TW__REWOUND);
     assert_int_equal(p->spare, TW__NIL);
+    assert_int_equal(p->nmag, 0);
     assert_check(t);
     tw_destroy(t);
 }
@@ -964,6 +995,15 @@ static uint32_t shard_free_head(tw_timer *t, uint32_t si)
     return h;
 }
 
+static uint32_t shard_nmag(tw_timer *t, uint32_t si)
+{
+    struct tw__shard *sh = &t->shards[si];
+    tw__shard_lock(t, sh);
+    uint32_t n = sh->eng.pool.nmag;
+    tw__shard_unlock(t, sh);
+    return n;
+}
+
 static uint32_t shard_taken(tw_timer *t, uint32_t si)
 {
     struct tw__shard *sh = &t->shards[si];
@@ -982,8 +1022,8 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     assert_int_equal(sem_init(&h.running, 0, 0), 0);
     assert_int_equal(sem_init(&h.go, 0, 0), 0);
     atomic_init(&h.cancelled, 0);
-    /* two plain tasks fire with it, so that the free list has a block
-     * (a spare alone is never rewound) */
+    /* two plain tasks fire with it, so that the free list holds more
+     * than the spare (a spare alone is never rewound) */
     tw_id id, plain[2];
     for (int k = 0; k < 2; k++)
         assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &plain[k]), 0);
@@ -1002,11 +1042,12 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     assert_int_equal(tw_pending(t), 0);
     /* the driver looks again (each wake passes over every shard) and
      * finds nothing due and nothing pending, and the plain tasks' slots
-     * free (released as they were taken), one of them in a block: it
-     * must not rewind, the periodic task's slot is still held */
+     * free (released as they were taken), one of them in the magazine:
+     * it must not rewind, the periodic task's slot is still held */
     for (int k = 0; k < 5; k++) {
         assert_int_equal(tw_wake(t), 0);
-        assert_true(shard_free_head(t, si) < TW__REWOUND); /* a block, as it was */
+        assert_int_equal(shard_free_head(t, si), TW__NIL); /* as it was */
+        assert_int_equal(shard_nmag(t, si), 1);
         assert_check(t);
     }
     sem_post(&h.go);

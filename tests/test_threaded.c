@@ -2520,8 +2520,8 @@ static void test_long_callback_on_worker(void **state)
 }
 
 /* Adds that do not follow a cancel take their slots from the free list's
- * blocks out of line (timer.c, insert_fast's rc 3), in
- * threaded mode too: after 100 cancels, 100 schedules reuse the slots the
+ * magazine inline and then from its blocks out of line (timer.c,
+ * insert_fast's rc 3), in threaded mode too: after 100 cancels, 100 schedules reuse the slots the
  * cancels freed (those out of the deferred ring: at least 84), each once
  * and none a live task's, into buckets old and new; then every live task
  * fires once, and no cancelled one. */
