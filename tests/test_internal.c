@@ -986,22 +986,14 @@ static void cancel_self_and_wait(tw_timer *t, tw_id id, void *arg)
         ;
 }
 
-static uint32_t shard_free_head(tw_timer *t, uint32_t si)
+/* Shard si's pool as it is, read under its lock (the driver changes it). */
+static struct tw__pool shard_pool(tw_timer *t, uint32_t si)
 {
     struct tw__shard *sh = &t->shards[si];
     tw__shard_lock(t, sh);
-    uint32_t h = sh->eng.pool.free_head;
+    struct tw__pool p = sh->eng.pool;
     tw__shard_unlock(t, sh);
-    return h;
-}
-
-static uint32_t shard_nmag(tw_timer *t, uint32_t si)
-{
-    struct tw__shard *sh = &t->shards[si];
-    tw__shard_lock(t, sh);
-    uint32_t n = sh->eng.pool.nmag;
-    tw__shard_unlock(t, sh);
-    return n;
+    return p;
 }
 
 static uint32_t shard_taken(tw_timer *t, uint32_t si)
@@ -1046,8 +1038,8 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
      * it must not rewind, the periodic task's slot is still held */
     for (int k = 0; k < 5; k++) {
         assert_int_equal(tw_wake(t), 0);
-        assert_int_equal(shard_free_head(t, si), TW__NIL); /* as it was */
-        assert_int_equal(shard_nmag(t, si), 1);
+        assert_int_equal(shard_pool(t, si).free_head, TW__NIL); /* as it was */
+        assert_int_equal(shard_pool(t, si).nmag, 1);
         assert_check(t);
     }
     sem_post(&h.go);
@@ -1063,9 +1055,9 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     atomic_fetch_add(&c.now, MS);
     tw_wake(t);
     int k = 0;
-    while (shard_free_head(t, si) != TW__REWOUND && k++ < 10000)
+    while (shard_pool(t, si).free_head != TW__REWOUND && k++ < 10000)
         nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
-    assert_int_equal(shard_free_head(t, si), TW__REWOUND);
+    assert_int_equal(shard_pool(t, si).free_head, TW__REWOUND);
     assert_check(t);
     tw_destroy(t);
     sem_destroy(&h.running);
@@ -1093,10 +1085,10 @@ static void test_rewind_threaded_after_cancels(void **state)
     for (int k = 0; k < N; k++)
         assert_int_equal(tw_cancel(t, ids[k]), 0);
     assert_int_equal(tw_pending(t), 0);
-    assert_true(shard_free_head(t, si) != TW__REWOUND); /* no pass since */
+    assert_true(shard_pool(t, si).free_head != TW__REWOUND); /* no pass since */
     assert_check(t);
     assert_int_equal(tw_wake(t), 0); /* a pass: nothing due, nothing pending */
-    assert_int_equal(shard_free_head(t, si), TW__REWOUND);
+    assert_int_equal(shard_pool(t, si).free_head, TW__REWOUND);
     assert_check(t);
     for (uint32_t j = 0; j < 4; j++) { /* slots 0, 1, 2, ... again */
         tw_id id;
