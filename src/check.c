@@ -299,11 +299,11 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
         FAIL(c, "pending %llu, but %llu tasks live", (unsigned long long)tw__engine_pending(e),
              (unsigned long long)(listed + running_live));
     /* the free list (pool.h): the spare, the magazine, then each block's
-     * head and the slots it holds, then any rewound slots. A slot listed twice (a
-     * double free) is caught by the count below, and, when another is
-     * lost with it, by a bitmap of the slots seen: plain malloc, not the
-     * timer's allocator, whose tests count its calls; without memory for
-     * it that one test is skipped. */
+     * head and the slots it holds, then any rewound slots. A slot listed
+     * twice (a double free) is caught by the count below, and, when
+     * another is lost with it, by a bitmap of the slots seen: plain
+     * malloc, not the timer's allocator, whose tests count its calls;
+     * without memory for it that one test is skipped. */
     const struct tw__pool *pl = &e->pool;
     uint64_t *freeseen = calloc(((size_t)tw__pool_slots(pl) + 63) / 64 + 1, sizeof(uint64_t));
     if (pl->spare != TW__NIL)

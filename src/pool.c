@@ -162,8 +162,9 @@ int tw__pool_grow_front(struct tw__pool *p, struct tw__mem *m, uint32_t nsent)
 void tw__pool_rewind(struct tw__pool *p)
 {
     /* a retired slot must never be handed out again (pool.h); and with
-     * no block and no rewound slot left, every free slot is the spare:
-     * nothing to put in order, and the spare is the fast path's */
+     * no block, no slot in the magazine and no rewound slot left, every
+     * free slot is the spare: nothing to put in order, and the spare is
+     * the fast path's */
     if (p->retired || (p->free_head == TW__NIL && !p->nmag))
         return;
     p->spare = TW__NIL;

@@ -268,8 +268,9 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * cancels, then a burst of adds: an event loop's batch of replies, then
  * its batch of requests) so take their slots inline, on the fast path
  * (timer.c, insert_fast), from the pool's own line, still in the cache,
- * where the blocks' walk is out of line: callgrind at N = 10^4, a W1b pair (bursts
- * of 16) took 169 instructions against 210, threaded 305 against 367.
+ * where the blocks' walk is out of line: callgrind at N = 10^4, a W1b
+ * pair (bursts of 16) took 169 instructions against 210, threaded 305
+ * against 367.
  * What it costs: W1's pairs take the spare and never reach it (153, as
  * before); a schedule that takes a slot never used tests it first (3
  * instructions), and so does one push in TW__FREE_SLOTS + 1 of a burst
@@ -278,8 +279,8 @@ TW__POOL_HOT uint32_t tw__pool_fresh(struct tw__pool *p)
  * slots"). The head block is filled first so that a burst of firings,
  * which pushes a slot each, keeps the push it had; the magazine still
  * takes a burst of cancels whole, as there are no blocks between bursts.
- * Pops take the magazine before the blocks, so the order is last in, first
- * out within each, not across them (test_internal.c,
+ * Pops take the magazine before the blocks, so the order is last in,
+ * first out within each, not across them (test_internal.c,
  * test_free_list_blocks, gives it).
  *
  * Behind it, free slots are kept in blocks: a block's head is a free

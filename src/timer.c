@@ -437,9 +437,9 @@ TW__HOT int insert_fast(struct tw__engine *e, int clamp, uint32_t shard_bits,
      * magazine's top (what a burst of adds after a burst of cancels
      * takes), else a slot never used while no other is free. A slot
      * from the free list's blocks is taken out of line (rc 3): their
-     * walk and its prefetch, inlined here, made every schedule save two registers
-     * more (6 instructions a W1 pair, 149), and a call here, five more;
-     * the walk waits on memory either way (pool.h). */
+     * walk and its prefetch, inlined here, made every schedule save two
+     * registers more (6 instructions a W1 pair, 149), and a call here,
+     * five more; the walk waits on memory either way (pool.h). */
     uint32_t i = tw__pool_pop_spare(p);
     if (__builtin_expect(i == TW__NIL, 0)) {
         /* the magazine's top (pool.h), else blocks or rewound slots to
