@@ -19,18 +19,18 @@
 #if defined(__has_feature)
 #if __has_feature(memory_sanitizer)
 #include <sanitizer/msan_interface.h>
-#define TW_MSAN_WRITTEN(p, n) __msan_unpoison((p), (n))
+#define MSAN_WRITTEN(p, n) __msan_unpoison((p), (n))
 #endif
 #endif
-#ifndef TW_MSAN_WRITTEN
-#define TW_MSAN_WRITTEN(p, n) ((void)0)
+#ifndef MSAN_WRITTEN
+#define MSAN_WRITTEN(p, n) ((void)0)
 #endif
 
 static int stat_path(const char *path, struct stat *st)
 {
     int rc = stat(path, st);
     if (rc == 0)
-        TW_MSAN_WRITTEN(st, sizeof *st);
+        MSAN_WRITTEN(st, sizeof *st);
     return rc;
 }
 
