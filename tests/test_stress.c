@@ -31,8 +31,9 @@
 /* Tasks scheduled from callbacks: a budget, so that the slots needed stay
  * bounded however long the run goes before tw_stop. Without it a periodic
  * task's firings, which go on till then, scheduled ever more: under
- * helgrind, whose threads run one at a time, a run took more than the
- * 100,000 slots this allowed (tests/README.md). A usual run takes tens. */
+ * helgrind, whose threads run one at a time, a run needed more than the
+ * 172,000 slots there were (tests/README.md). A usual run takes tens.
+ * The producers schedule once an operation at most. */
 #define CB_TASKS 100000
 #define MAX_TASKS (THREADS * OPS + CB_TASKS)
 
