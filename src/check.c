@@ -241,15 +241,16 @@ static void check_engine(struct ctx *c, tw_timer *t, struct tw__engine *e)
             if (((exp >> shift) & e->smask) != s || ((exp >> shift) << shift) != exp)
                 FAIL(c, "bucket %u: expiration %llu does not map to it", bn,
                      (unsigned long long)exp);
-            if (k == 0 ? exp < e->cur : exp <= e->cur)
+            if (k == 0 ? exp < e->cur : exp <= e->cur) {
                 FAIL(c, "bucket %u: expiration %llu is behind the clock %llu", bn,
                      (unsigned long long)exp, (unsigned long long)e->cur);
-            /* fewer than 2W blocks ahead, so that no two blocks in use
-             * share a bucket */
-            uint64_t ahead = (exp >> shift) - (e->cur >> shift);
-            if (ahead >= 2u * (uint64_t)e->wsize)
+            } else if ((exp >> shift) - (e->cur >> shift) >= 2u * (uint64_t)e->wsize) {
+                /* fewer than 2W blocks ahead, so that no two blocks in use
+                 * share a bucket (the distance is taken only from a bucket
+                 * ahead of the clock: it would wrap from one behind) */
                 FAIL(c, "bucket %u: expiration %llu beyond its level's span", bn,
                      (unsigned long long)exp);
+            }
             struct placement p = { k, exp, 0, 0 };
             for (uint32_t j = 0; j < TW__SUBS; j++) {
                 p.sub = j;

@@ -27,11 +27,13 @@ static size_t drop_all(tw_timer *t, struct tw__engine *e)
     struct tw__pool *p = &e->pool;
     size_t n = 0;
     tw__wheel_clear(e);
-    for (uint32_t i = tw__pool_slots(p); i-- > 0;)
+    for (uint32_t k = tw__pool_slots(p); k > 0; k--) {
+        uint32_t i = k - 1;
         if (*tw__pool_gen(p, i) & 3u) { /* in use: plain or extra */
             tw__task_free(t, e, i, tw__pool_entry(p, i));
             n++;
         }
+    }
     e->drained += n;
     return n;
 }

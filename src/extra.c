@@ -105,8 +105,8 @@ int tw__keymap_reserve(struct tw__engine *e)
     struct tw__keymap *m = &e->keys;
     if ((uint64_t)(m->n + 1) * 2 <= m->cap)
         return 0; /* load stays at or under one half */
-    uint32_t ncap = m->cap ? m->cap * 2 : 16;
-    if (ncap < m->cap)
+    uint32_t ncap = m->cap ? tw__wrap_mul32(m->cap, 2) : 16;
+    if (ncap < m->cap) /* wrapped */
         return -ENOMEM;
     struct tw__extra **s = tw__alloc(e->mem, (size_t)ncap * sizeof(*s));
     if (!s)

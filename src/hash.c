@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "hash.h"
+#include "wrap.h"
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 
@@ -28,7 +29,7 @@ static inline uint64_t load_le64(const unsigned char *p)
 
 /* c compression rounds per 8-byte word, d finalization rounds; inlined
  * with constants into each of the two settings below. */
-static inline __attribute__((always_inline)) uint64_t
+static inline __attribute__((always_inline)) TW__WRAPS uint64_t
 siphash(const struct tw__hash_key *k, const void *key, size_t len, int c, int d)
 {
     const unsigned char *p = key;
@@ -80,7 +81,7 @@ void tw__hash_key_from_bytes(struct tw__hash_key *k, const unsigned char b[16])
     k->k1 = load_le64(b + 8);
 }
 
-static uint64_t splitmix64(uint64_t *s)
+static TW__WRAPS uint64_t splitmix64(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

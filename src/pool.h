@@ -44,6 +44,7 @@
 
 #include "mem.h"
 #include "twheel.h"
+#include "wrap.h"
 
 #define TW__POOL_HOT static inline __attribute__((always_inline))
 
@@ -164,7 +165,8 @@ TW__POOL_HOT uint32_t tw__ref(uint32_t i)
 
 TW__POOL_HOT uint32_t tw__ref_slot(uint32_t r)
 {
-    return (r - 1u) * 0x38E38E39u; /* exact division by 9: 9 * this == 1 mod 2^32 */
+    /* exact division by 9: 9 * this == 1 mod 2^32 */
+    return tw__wrap_mul32(r - 1u, 0x38E38E39u);
 }
 
 TW__POOL_HOT uint32_t *tw__pool_gen(const struct tw__pool *p, uint32_t i)
@@ -478,7 +480,7 @@ TW__POOL_HOT uint32_t tw__pool_take(struct tw__pool *p, uint32_t *gen, uint32_t 
 TW__POOL_HOT void tw__pool_put(struct tw__pool *p, uint32_t i)
 {
     uint32_t *g = &p->entries[i].gen;
-    if (__builtin_expect((*g = (*g | 3u) + 1u) == 0, 0)) { /* wrapped: retire */
+    if (__builtin_expect((*g = tw__wrap_add32(*g | 3u, 1u)) == 0, 0)) { /* wrapped: retire */
         p->retired++;
         return;
     }

@@ -490,8 +490,8 @@ int tw_purgatory_try_complete_else_watch(tw_purgatory *p, tw_op *op,
     size_t watched = 0;
     for (; watched < nkeys && !(op_state(op) & TW__OP_COMPLETED); watched++) {
         if (tw__watch(p, op, &keys[watched])) {
-            while (watched-- > 0) /* nothing half-done */
-                tw__unwatch(p, op, &keys[watched]);
+            for (; watched > 0; watched--) /* nothing half-done */
+                tw__unwatch(p, op, &keys[watched - 1]);
             /* a cancel_key may have handed it over meanwhile (through
              * a key watched already): the caller has it from there, and
              * an error here would answer the request a second time */

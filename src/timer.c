@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "timer.h"
+#include "wrap.h"
 
 static uint64_t monotonic_ns(void *ctx)
 {
@@ -30,8 +31,8 @@ static uint64_t monotonic_ns(void *ctx)
 
 static inline uint64_t sat_add(uint64_t a, uint64_t b)
 {
-    uint64_t r = a + b;
-    return r < a ? UINT64_MAX : r;
+    uint64_t r = tw__wrap_add64(a, b);
+    return r < a ? UINT64_MAX : r; /* wrapped: the end of time */
 }
 
 void tw_options_init(struct tw_options *o)
@@ -721,7 +722,7 @@ cancel_task(tw_timer *t, struct tw__engine *e, uint32_t i, uint32_t gen, int thr
     if (threaded)
         tw__pending_release(t);
     /* the next multiple of 4: the id is stale from now */
-    if (__builtin_expect((en->gen = gen + 3u) == 0, 0))
+    if (__builtin_expect((en->gen = tw__wrap_add32(gen, 3u)) == 0, 0))
         return cancel_retire(e, en);
     uint32_t pos = e->defer_pos, old = e->defer[pos], s;
     e->defer[pos] = i;

@@ -338,7 +338,8 @@ void tw__unwatch(tw_purgatory *p, tw_op *op, const struct tw_key *key)
 {
     struct tw__wshard *s;
     struct tw__watcher *w = lock_key(p, key->data, key->len, &s, NULL);
-    for (uint32_t i = w ? w->n : 0; i-- > 0;) {
+    for (uint32_t k = w ? w->n : 0; k > 0; k--) {
+        uint32_t i = k - 1;
         if (w->ents[i].op == op) { /* a dead entry's pointer is tagged: never equal */
             tw__op_unlisted(op);
             if (pinned(w)) { /* a walker may have copied it: the reference stays */

@@ -11,6 +11,7 @@
 #include "mem.h"
 #include "pool.h"
 #include "tickdiv.h"
+#include "wrap.h"
 
 #define TW__MAX_LEVELS 64
 
@@ -140,7 +141,7 @@ void tw__engine_flush(struct tw__engine *e);
 /* Whether any cancel's unlink waits: the slot before defer_pos says. */
 TW__HOT int tw__engine_deferring(const struct tw__engine *e)
 {
-    return e->defer[(e->defer_pos - 1u) & (TW__DEFER - 1u)] != TW__NIL;
+    return e->defer[tw__wrap_sub32(e->defer_pos, 1u) & (TW__DEFER - 1u)] != TW__NIL;
 }
 
 /* Unlinks every deferred cancel ("Deferred unlink" in wheel.c): what
