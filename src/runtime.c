@@ -382,9 +382,7 @@ static void *driver_main(void *p)
          * pending, until woken: a schedule kicks (tw__runtime_kick). */
         uint64_t wait = found ? next - clock_now : UINT64_MAX;
         uint64_t mono = rt->real_clock ? clock_now : mono_ns();
-        uint64_t until = tw__wrap_add64(mono, wait);
-        if (until < mono)
-            until = UINT64_MAX; /* wrapped */
+        uint64_t until = tw__sat_add64(mono, wait);
         if (until > (uint64_t)INT64_MAX)
             until = (uint64_t)INT64_MAX;
         /* a 32-bit time_t (i386, armhf) counts 68 years of seconds: a

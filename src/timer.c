@@ -29,12 +29,6 @@ static uint64_t monotonic_ns(void *ctx)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint64_t sat_add(uint64_t a, uint64_t b)
-{
-    uint64_t r = tw__wrap_add64(a, b);
-    return r < a ? UINT64_MAX : r; /* wrapped: the end of time */
-}
-
 void tw_options_init(struct tw_options *o)
 {
     if (!o)
@@ -510,7 +504,7 @@ add_plain_locked(tw_timer *t, uint32_t si, uint64_t deadline, tw_fn fn, void *ar
 static __attribute__((noinline)) int schedule_threaded(tw_timer *t, uint64_t delay_ns,
                                                        tw_fn fn, void *arg, tw_id *id)
 {
-    uint64_t deadline = sat_add(tw__clock_now(t), delay_ns);
+    uint64_t deadline = tw__sat_add64(tw__clock_now(t), delay_ns);
     uint32_t si = pick_shard(t);
     struct tw__shard *sh = &t->shards[si];
     tw__lock(&sh->lock);
@@ -527,7 +521,7 @@ static __attribute__((noinline)) int schedule_slow(tw_timer *t, uint64_t delay_n
     if (t->threaded)
         return schedule_threaded(t, delay_ns, fn, arg, id);
     struct tw__engine *e = &t->shards[0].eng;
-    return add_plain(t, 0, sat_add(e->now_ns, delay_ns), fn, arg, id);
+    return add_plain(t, 0, tw__sat_add64(e->now_ns, delay_ns), fn, arg, id);
 }
 
 /* Manual mode's rc 3 (insert_fast): the slot from the free list's
@@ -597,7 +591,7 @@ int tw_schedule_every(tw_timer *t, uint64_t first_delay_ns, uint64_t period_ns,
     int rc = stopped(t) ? -ESHUTDOWN : admit(t, e);
     if (rc)
         goto out;
-    uint64_t deadline = sat_add(base_time(t, e), first_delay_ns);
+    uint64_t deadline = tw__sat_add64(base_time(t, e), first_delay_ns);
     uint64_t dt = tw__ticks_ceil(e, deadline);
     struct tw__extra *x = NULL;
     if ((rc = tw__wheel_reserve(e, dt)) || (rc = tw__wheel_reserve_period(e, period_ns)) ||
@@ -628,7 +622,7 @@ int tw_schedule_keyed(tw_timer *t, const void *key, size_t keylen,
     int rc = stopped(t) ? -ESHUTDOWN : 0;
     if (rc)
         goto out;
-    uint64_t deadline = sat_add(base_time(t, e), delay_ns);
+    uint64_t deadline = tw__sat_add64(base_time(t, e), delay_ns);
     uint64_t dt = tw__ticks_ceil(e, deadline);
     struct tw__extra *x = tw__keymap_find(e, key, keylen, h);
     if (x) {
@@ -810,7 +804,7 @@ static int reschedule(tw_timer *t, tw_id id, int absolute, uint64_t v)
     struct tw__entry *en = tw__pool_entry(&e->pool, i);
     /* a deadline already past is due now: placing clamps it to the
      * current tick (tw__wheel_place_at), as tw_schedule_at's is */
-    uint64_t deadline = absolute ? v : sat_add(base_time(t, e), v);
+    uint64_t deadline = absolute ? v : tw__sat_add64(base_time(t, e), v);
     uint64_t dt = tw__ticks_ceil(e, deadline);
     struct tw__extra *x = tw__is_extra(en) ? en->arg : NULL;
     /* Pushed later: the new deadline is written in place and the task
@@ -913,7 +907,7 @@ void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
          * equal to now would be due at once and fire again in the next
          * advance to the same time, a second firing for one instant. */
         uint64_t prev = en->deadline;
-        next = sat_add(prev, x->period);
+        next = tw__sat_add64(prev, x->period);
         if (next <= now) {
             /* k >= 1 periods fit in (prev, now]; take the one after them */
             uint64_t k = (now - prev) / x->period;
@@ -921,7 +915,7 @@ void tw__finish_periodic(tw_timer *t, uint32_t si, struct tw__job *j,
                                                          : prev + (k + 1) * x->period;
         }
     } else {
-        next = sat_add(now, x->period);
+        next = tw__sat_add64(now, x->period);
     }
     if (__builtin_expect(next <= now, 0) && x->state != TW__X_RESCHED) {
         /* Only at the end of time (now == UINT64_MAX): no instant lies

@@ -54,4 +54,13 @@ TW__WRAP_FN uint64_t tw__wrap_add64(uint64_t a, uint64_t b)
 #define tw__wrap_add64(a, b) ((uint64_t)(a) + (uint64_t)(b))
 #endif
 
+/* a + b, or UINT64_MAX where that would wrap: a deadline or an instant
+ * past the end of time is the end of time (a schedule's deadline, the
+ * instant the driver sleeps until). */
+static inline uint64_t tw__sat_add64(uint64_t a, uint64_t b)
+{
+    uint64_t r = tw__wrap_add64(a, b);
+    return r < a ? UINT64_MAX : r;
+}
+
 #endif
