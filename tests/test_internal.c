@@ -1025,7 +1025,7 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     for (int k = 0; k < 2; k++) /* the same thread, the same shard */
         assert_int_equal(tw__id_shard(t, plain[k]), si);
     atomic_fetch_add(&c.now, MS);
-    tw_wake(t);
+    assert_int_equal(tw_wake(t), 0);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 30;
@@ -1053,7 +1053,7 @@ static void test_rewind_threaded_waits_for_periodic(void **state)
     assert_int_equal(tw_schedule(t, MS, noop_fn, NULL, &next), 0);
     assert_int_equal(tw__id_shard(t, next), si); /* the same thread, the same shard */
     atomic_fetch_add(&c.now, MS);
-    tw_wake(t);
+    assert_int_equal(tw_wake(t), 0);
     int k = 0;
     while (shard_pool(t, si).free_head != TW__REWOUND && k++ < 10000)
         nanosleep(&(struct timespec){ 0, 1000000 }, NULL);

@@ -2562,7 +2562,7 @@ static void test_adds_after_a_burst_of_cancels(void **state)
     assert_int_equal(tw_pending(t), N);
     assert_int_equal(tw_check(t, stderr), 0);
     atomic_store(&c.now, base + (uint64_t)(N + C + 1) * MS);
-    tw_wake(t);
+    assert_int_equal(tw_wake(t), 0);
     for (int spins = 0; tw_pending(t) && spins < 5000; spins++)
         usleep(1000);
     assert_int_equal(tw_stop(t, NULL, NULL), 0);
