@@ -242,6 +242,18 @@ static void locked_free(void *ctx, void *p)
     pthread_mutex_unlock(&alloc_lock);
 }
 
+/* Arms (or, with 0, disarms) the allocation that fails, under the same
+ * lock: threaded, the driver or a worker may allocate meanwhile (the
+ * reaper's task scheduled again onto a full pool), reading fail_at. That
+ * allocation may then take the failure meant for the test's call, which
+ * both sides allow for; an unlocked write would be a data race. */
+static void arm_failure(struct count_alloc *a, long at)
+{
+    pthread_mutex_lock(&alloc_lock);
+    a->fail_at = at;
+    pthread_mutex_unlock(&alloc_lock);
+}
+
 /* One run of up to `steps` steps: returns the number run. Threaded, the
  * purgatory's timer runs on an atomic clock the model sets, and its
  * driver fires on tw_wake (callbacks on the driver: they have run when
@@ -334,10 +346,10 @@ static int run(struct src *src, int steps, int threaded, int workers, int autop)
                 tk[j] = (struct tw_key){ keyname[ks[j]], strlen(keyname[ks[j]]) };
             }
             if (rng(src) % 6 == 0)
-                a.fail_at = 1 + (long)(rng(src) % 4);
+                arm_failure(&a, 1 + (long)(rng(src) % 4));
             int rc = tw_purgatory_try_complete_else_watch(p, m[i].op, nk ? tk : NULL,
                                                           (size_t)nk);
-            a.fail_at = 0;
+            arm_failure(&a, 0);
             if (m[i].submitted) {
                 assert_int_equal(rc, -EINVAL);
                 outcome[O_SUBMIT_TWICE]++;
@@ -381,9 +393,9 @@ static int run(struct src *src, int steps, int threaded, int workers, int autop)
                 recs[i].flag = rng(src) % 6 == 0; /* and an op's readiness changes */
             int inject = rng(src) % 8 == 0;
             if (inject)
-                a.fail_at = 1;
+                arm_failure(&a, 1);
             int rc = tw_purgatory_check_and_complete(p, key, strlen(key));
-            a.fail_at = 0;
+            arm_failure(&a, 0);
             if (inject && rc == -ENOMEM) {
                 outcome[O_CHECK_NOMEM]++;
                 break; /* nothing tried (check_all sees the tries) */
