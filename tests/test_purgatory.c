@@ -1962,6 +1962,50 @@ static void test_ops_past_16_bits_of_words(void **state)
     free(r);
 }
 
+/* A submit refused at its timeout (the timer's max_pending reached) takes
+ * the op out of a list that holds 70,000 before it: its entry, at index
+ * 70,000, is found past 16 bits of index (an index that lost its top
+ * bits would look at entry 4,464 and miss the op, leaving it listed).
+ * The list then holds the 70,000 alone, and an event on the key completes
+ * exactly those. */
+static void test_failed_submit_unwatches_past_16_bits(void **state)
+{
+    (void)state;
+    struct count_alloc a = { 0 };
+    struct tw_purgatory_options o;
+    tw_purgatory_options_init(&o);
+    o.timer = manual_opts(&pclock, 0, MS, 64);
+    o.timer.allocator = counting(&a);
+    o.timer.max_pending = MANY_OPS; /* every timeout's, the reaper's none */
+    tw_purgatory *p;
+    assert_int_equal(tw_purgatory_create(&p, &o), 0);
+    struct req *r = calloc(MANY_OPS + 1, sizeof(*r));
+    tw_op **op = malloc((MANY_OPS + 1) * sizeof(*op));
+    assert_non_null(r);
+    assert_non_null(op);
+    const struct tw_key k = KEY("many");
+    for (int i = 0; i < MANY_OPS; i++) {
+        op[i] = mk_op(p, &r[i], 3600 * SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k, 1), 0);
+    }
+    op[MANY_OPS] = mk_op(p, &r[MANY_OPS], 3600 * SEC);
+    assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[MANY_OPS], &k, 1), -EAGAIN);
+    assert_int_equal(tw_purgatory_watched(p), MANY_OPS);
+    assert_int_equal(tw_purgatory_delayed(p), MANY_OPS);
+    for (int i = 0; i <= MANY_OPS; i++)
+        atomic_store(&r[i].completable, 1);
+    assert_int_equal(tw_purgatory_check_and_complete(p, k.data, k.len), MANY_OPS);
+    assert_int_equal(tw_purgatory_watched(p), 0);
+    assert_false(tw_op_is_completed(op[MANY_OPS]));
+    assert_int_equal(atomic_load(&r[MANY_OPS].completed), 0);
+    for (int i = 0; i <= MANY_OPS; i++)
+        tw_op_release(op[i]);
+    tw_purgatory_destroy(p, NULL, NULL);
+    assert_int_equal(a.live, 0);
+    free(op);
+    free(r);
+}
+
 /* The pass layout on a manual timer with room for the reaper: sets what
  * is left listed after the reaper's first slice, and after its second. */
 static void reaper_with_room(uint64_t *after1, uint64_t *after2)
@@ -3830,6 +3874,7 @@ int main(void)
         cmocka_unit_test(test_reaper_unschedulable_slices_meet),
         cmocka_unit_test(test_unfinished_pass_goes_on),
         cmocka_unit_test(test_ops_past_16_bits_of_words),
+        cmocka_unit_test(test_failed_submit_unwatches_past_16_bits),
         cmocka_unit_test(test_reaper_last_look_goes_on),
         cmocka_unit_test(test_reaper_comes_back_after_its_pass),
         cmocka_unit_test(test_reaper_with_nothing_due_stops),
