@@ -1976,7 +1976,7 @@ static void test_failed_submit_unwatches_past_16_bits(void **state)
     tw_purgatory_options_init(&o);
     o.timer = manual_opts(&pclock, 0, MS, 64);
     o.timer.allocator = counting(&a);
-    o.timer.max_pending = MANY_OPS; /* every timeout's, the reaper's none */
+    o.timer.max_pending = MANY_OPS; /* room for the 70,000 timeouts, no more */
     tw_purgatory *p;
     assert_int_equal(tw_purgatory_create(&p, &o), 0);
     struct req *r = calloc(MANY_OPS + 1, sizeof(*r));
