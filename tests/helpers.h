@@ -50,6 +50,76 @@ static inline uint64_t atomic_clock_read(void *ctx)
     return atomic_load(&c->now);
 }
 
+/* A callback held until tw_stop has halted its timer's runtime returns
+ * once the stopping thread joins the thread the callback runs on: tw_stop
+ * joins the driver and the workers only after it has marked the runtime
+ * halted, so the tasks taken behind the callback are then handed back,
+ * not run. No public call tells a callback that the halt has come, so the
+ * tests that hold one (test_threaded, test_purgatory) are linked, on
+ * Linux, against the static library with pthread_join wrapped
+ * (-Wl,--wrap=pthread_join, TW_TEST_WRAP_JOIN; tests/meson.build), and
+ * the wrapper lists the threads being joined. --wrap rewires the calls of
+ * the objects linked into the test, the library's among them, and the
+ * test's own joins, which are listed too and harm nothing. Elsewhere the
+ * callback waits in real time (200 ms; 5 s under TW_TEST_SLOW), which a
+ * stopping thread kept off the CPU for longer can outlast. */
+#ifdef TW_TEST_WRAP_JOIN
+#include <pthread.h>
+
+int __real_pthread_join(pthread_t th, void **ret);
+int __wrap_pthread_join(pthread_t th, void **ret);
+
+#define TW_TEST_JOINS 16
+static pthread_mutex_t tw_test_joins_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t tw_test_joins[TW_TEST_JOINS]; /* threads being joined */
+static int tw_test_joins_used[TW_TEST_JOINS];
+
+int __wrap_pthread_join(pthread_t th, void **ret)
+{
+    int k;
+    pthread_mutex_lock(&tw_test_joins_mu);
+    for (k = 0; k < TW_TEST_JOINS && tw_test_joins_used[k]; k++)
+        ;
+    if (k == TW_TEST_JOINS)
+        abort(); /* more joins at once than any test makes */
+    tw_test_joins[k] = th;
+    tw_test_joins_used[k] = 1;
+    pthread_mutex_unlock(&tw_test_joins_mu);
+    int rc = __real_pthread_join(th, ret);
+    pthread_mutex_lock(&tw_test_joins_mu);
+    tw_test_joins_used[k] = 0;
+    pthread_mutex_unlock(&tw_test_joins_mu);
+    return rc;
+}
+
+/* Whether some thread is joining the calling one. */
+static inline int being_joined(void)
+{
+    int found = 0;
+    pthread_mutex_lock(&tw_test_joins_mu);
+    for (int k = 0; k < TW_TEST_JOINS; k++)
+        if (tw_test_joins_used[k] && pthread_equal(tw_test_joins[k], pthread_self()))
+            found = 1;
+    pthread_mutex_unlock(&tw_test_joins_mu);
+    return found;
+}
+#endif
+
+/* From a callback of a threaded timer that tw_stop has begun to stop
+ * (tw_reschedule says -ESHUTDOWN): returns once the runtime is halted
+ * (see above). Gives up after 60 s; a test that then finds tasks run
+ * rather than handed back fails. Never asserts: it runs on the library's
+ * threads. */
+static inline void wait_until_halted(void)
+{
+#ifdef TW_TEST_WRAP_JOIN
+    for (int ms = 0; ms < 60000 && !being_joined(); ms++)
+        usleep(1000);
+#else
+    usleep(getenv("TW_TEST_SLOW") ? 5000000 : 200000);
+#endif
+}
+
 /* A timer as mk_fake_sharded (below) makes, with a tick of `tick` ns
  * (0: the default). */
 static inline tw_timer *mk_fake_tick(struct atomic_clock *c, uint32_t workers,

@@ -3681,12 +3681,13 @@ static void pair_complete(tw_op *op)
     if (!atomic_load(&pair_hold_until_stop))
         return;
     /* hold the driver until tw_stop has begun (id 0 names no task:
-     * -ENOENT until then), and a while more, so that the other timeout,
-     * taken in this batch, is handed back rather than run */
+     * -ENOENT until then) and halted the runtime (wait_until_halted,
+     * helpers.h), so that the other timeout, taken in this batch, is
+     * handed back rather than run */
     tw_timer *t = tw_purgatory_timer(tp);
     for (int ms = 0; ms < 60000 && tw_reschedule(t, 0, 0) != -ESHUTDOWN; ms++)
         usleep(1000);
-    usleep(getenv("TW_TEST_SLOW") ? 1000000 : 200000);
+    wait_until_halted();
 }
 
 static void pair_expire(tw_op *op)

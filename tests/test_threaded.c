@@ -626,15 +626,11 @@ static void held_fn(tw_timer *t, tw_id id, void *arg)
             return;
         /* id 0 names no task: -ENOENT until tw_stop has begun */
         if (gate.until_stop && tw_reschedule(t, 0, 0) == -ESHUTDOWN) {
-            /* tw_stop marks the timer stopped, then halted, then stops
-             * the driver and the workers: give it time to get there, so
-             * that what is taken is handed back, not run. No public call
-             * tells a callback that the halt has come, so this is real
-             * time: under valgrind (TW_TEST_SLOW), which runs one thread
-             * at a time, 1 s was once too little for the stopping thread
-             * (CI on 2026-12-06, test_stats_beside_workers_and_stop,
-             * whose reader thread takes snapshots without a pause) */
-            usleep(getenv("TW_TEST_SLOW") ? 5000000 : 200000);
+            /* tw_stop marks the timer stopped, then halted, then joins
+             * the driver and the workers: return once it has got there,
+             * so that what is taken is handed back, not run
+             * (wait_until_halted, helpers.h) */
+            wait_until_halted();
             return;
         }
         usleep(1000);
