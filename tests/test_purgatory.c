@@ -1916,6 +1916,16 @@ static void test_unfinished_pass_goes_on(void **state)
  * go.) */
 #define MANY_OPS 70000
 
+/* Makes MANY_OPS ops (an hour's timeout each, on r's records) and
+ * watches each on k, in order. */
+static void watch_many(tw_purgatory *p, tw_op **op, struct req *r, const struct tw_key *k)
+{
+    for (int i = 0; i < MANY_OPS; i++) {
+        op[i] = mk_op(p, &r[i], 3600 * SEC);
+        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], k, 1), 0);
+    }
+}
+
 static void test_ops_past_16_bits_of_words(void **state)
 {
     (void)state;
@@ -1926,10 +1936,7 @@ static void test_ops_past_16_bits_of_words(void **state)
     assert_non_null(r);
     assert_non_null(op);
     const struct tw_key k = KEY("many");
-    for (int i = 0; i < MANY_OPS; i++) {
-        op[i] = mk_op(p, &r[i], 3600 * SEC);
-        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k, 1), 0);
-    }
+    watch_many(p, op, r, &k);
     assert_int_equal(tw_purgatory_watched(p), MANY_OPS);
     for (int i = 0; i < MANY_OPS; i++)
         atomic_store(&r[i].completable, 1);
@@ -1940,10 +1947,7 @@ static void test_ops_past_16_bits_of_words(void **state)
         tw_op_release(op[i]);
     }
     memset(r, 0, MANY_OPS * sizeof(*r));
-    for (int i = 0; i < MANY_OPS; i++) {
-        op[i] = mk_op(p, &r[i], 3600 * SEC);
-        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k, 1), 0);
-    }
+    watch_many(p, op, r, &k);
     for (int i = 0; i < MANY_OPS / 2; i++)
         assert_true(tw_op_force_complete(op[i]));
     assert_int_equal(tw_purgatory_purge(p), MANY_OPS / 2);
@@ -1984,10 +1988,7 @@ static void test_failed_submit_unwatches_past_16_bits(void **state)
     assert_non_null(r);
     assert_non_null(op);
     const struct tw_key k = KEY("many");
-    for (int i = 0; i < MANY_OPS; i++) {
-        op[i] = mk_op(p, &r[i], 3600 * SEC);
-        assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[i], &k, 1), 0);
-    }
+    watch_many(p, op, r, &k);
     op[MANY_OPS] = mk_op(p, &r[MANY_OPS], 3600 * SEC);
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op[MANY_OPS], &k, 1), -EAGAIN);
     assert_int_equal(tw_purgatory_watched(p), MANY_OPS);
