@@ -3647,17 +3647,20 @@ static void test_cancel_races_submission(void **state)
 }
 
 /* cancel_key reaching an op whose timeout the driver has already taken:
- * two timeouts due in one tick are taken in one batch, and the first
- * one's on_complete, on the driver, cancels the other's key. tw_cancel is
- * too late there, but the op was handed over, so it must not expire; and
- * if tw_stop then hands its taken timeout back, destroy must not hand the
- * op to `unfinished` a second time. */
+ * three timeouts due in one tick are taken in one batch, and the first
+ * one's on_complete, on the driver, cancels the next one's key (a cycle:
+ * ka's cancels kb, kb's kc, kc's ka). tw_cancel is too late there, but
+ * the op was handed over, so it must not expire. The third op is left
+ * alone: on tw_wake it expires after the first; when the first holds the
+ * driver until tw_stop, tw_stop hands the rest of the batch back, so the
+ * third goes to destroy's `unfinished` unexpired (the check that the
+ * hand-back happened) and the second, handed over already, not again. */
 struct pair_op {
     const char *other_key;
     _Atomic int completed, expired, handed;
 };
-static struct pair_op pairs[2];
-static _Atomic int pair_first, pair_cancelled, pair_hold_until_stop;
+static struct pair_op pairs[3];
+static _Atomic int pair_first, pair_first_idx, pair_cancelled, pair_hold_until_stop;
 
 static bool pair_try(tw_op *op)
 {
@@ -3677,13 +3680,14 @@ static void pair_complete(tw_op *op)
     atomic_fetch_add(&r->completed, 1);
     if (atomic_exchange(&pair_first, 1))
         return;
+    atomic_store(&pair_first_idx, (int)(r - pairs));
     tw_purgatory_cancel_key(tp, r->other_key, strlen(r->other_key), pair_handed, NULL);
     atomic_store(&pair_cancelled, 1);
     if (!atomic_load(&pair_hold_until_stop))
         return;
     /* hold the driver until tw_stop has begun (id 0 names no task:
      * -ENOENT until then) and halted the runtime (wait_until_halted,
-     * helpers.h), so that the other timeout, taken in this batch, is
+     * helpers.h), so that the other timeouts, taken in this batch, are
      * handed back rather than run */
     tw_timer *t = tw_purgatory_timer(tp);
     for (int ms = 0; ms < 60000 && tw_reschedule(t, 0, 0) != -ESHUTDOWN; ms++)
@@ -3706,23 +3710,26 @@ static void test_cancel_after_driver_took(void **state)
         mk_threaded(1000, 0, 1, &c); /* one shard: one batch */
         memset(pairs, 0, sizeof pairs);
         pairs[0].other_key = "kb";
-        pairs[1].other_key = "ka";
+        pairs[1].other_key = "kc";
+        pairs[2].other_key = "ka";
         atomic_store(&pair_first, 0);
+        atomic_store(&pair_first_idx, -1);
         atomic_store(&pair_cancelled, 0);
         atomic_store(&pair_hold_until_stop, stop);
-        tw_op *op[2];
-        struct tw_key keys[2] = { KEY("ka"), KEY("kb") };
-        for (int i = 0; i < 2; i++) {
+        tw_op *op[3];
+        struct tw_key keys[3] = { KEY("ka"), KEY("kb"), KEY("kc") };
+        for (int i = 0; i < 3; i++) {
             assert_int_equal(tw_op_create(tp, &pair_ops, &pairs[i], 5 * MS, &op[i]), 0);
             assert_int_equal(tw_purgatory_try_complete_else_watch(tp, op[i], &keys[i], 1), 0);
         }
         atomic_store(&c.now, fake_start() + 5 * MS);
         int unfinished = 0;
         if (!stop) {
-            assert_int_equal(tw_wake(tw_purgatory_timer(tp)), 0); /* both ran */
+            assert_int_equal(tw_wake(tw_purgatory_timer(tp)), 0); /* all three ran */
         } else {
             /* the driver wakes by itself (it sleeps the clock's distance,
-             * 5 ms), takes both, and the first holds it: destroy stops it */
+             * 5 ms), takes all three, and the first holds it: destroy
+             * stops it */
             for (int ms = 0; ms < 60000 && !atomic_load(&pair_cancelled); ms++)
                 usleep(1000);
             assert_int_equal(atomic_load(&pair_cancelled), 1);
@@ -3732,18 +3739,25 @@ static void test_cancel_after_driver_took(void **state)
             assert_int_equal(tw_pending(tw_purgatory_timer(tp)), 0);
         }
         tw_purgatory_destroy(tp, count_unfinished, &unfinished);
-        int first = atomic_load(&pairs[0].expired) ? 0 : 1;
-        struct pair_op *a = &pairs[first], *b = &pairs[1 - first];
+        int first = atomic_load(&pair_first_idx);
+        assert_in_range(first, 0, 2);
+        struct pair_op *a = &pairs[first], *b = &pairs[(first + 1) % 3],
+                       *d = &pairs[(first + 2) % 3];
         assert_int_equal(a->completed, 1); /* the first expired */
         assert_int_equal(a->expired, 1);
         assert_int_equal(a->handed, 0);
-        assert_int_equal(b->handed, 1); /* the other was handed over... */
+        assert_int_equal(b->handed, 1); /* the next was handed over... */
         assert_int_equal(b->completed, 0); /* ...and never expired */
         assert_int_equal(b->expired, 0);
-        assert_int_equal(unfinished, 0); /* nor handed over twice */
-        assert_false(tw_op_is_completed(op[1 - first]));
-        tw_op_release(op[0]);
-        tw_op_release(op[1]);
+        assert_int_equal(d->handed, 0);
+        /* the third: expired on tw_wake; handed back by tw_stop, so left
+         * to `unfinished`, and the only op it gets (b not a second time) */
+        assert_int_equal(d->completed, !stop);
+        assert_int_equal(d->expired, !stop);
+        assert_int_equal(unfinished, stop);
+        assert_false(tw_op_is_completed(op[(first + 1) % 3]));
+        for (int i = 0; i < 3; i++)
+            tw_op_release(op[i]);
     }
 }
 
