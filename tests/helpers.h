@@ -120,6 +120,82 @@ static inline void wait_until_halted(void)
 #endif
 }
 
+/* A test that holds a lock while another thread tries to take it must
+ * see that thread blocked, and not let it in. In real time that is a
+ * window in which nothing may happen: the shorter, the weaker the test.
+ * On Linux the purgatory's op lock sleeps through the library's one call
+ * of syscall() (src/lock.c, a futex wait once the spin is over), which
+ * test_purgatory wraps at link time (-Wl,--wrap=syscall,
+ * TW_TEST_WRAP_FUTEX; tests/meson.build): the wrapper counts the waits
+ * begun on one word, so the test waits until the other thread has gone
+ * to sleep on the lock instead. (The -U__linux__ builds' lock is a
+ * pthread mutex: no syscall() to wrap, and the window remains.) */
+#if defined(TW_TEST_WRAP_FUTEX) && defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#define TW_TEST_FUTEX 1
+
+long __real_syscall(long n, ...);
+long __wrap_syscall(long n, ...);
+
+static _Atomic(const void *) tw_test_futex_word; /* whose waits count */
+static _Atomic int tw_test_futex_waits;
+
+long __wrap_syscall(long n, ...)
+{
+    if (n != SYS_futex)
+        abort(); /* lock.c's futex is the library's only syscall() */
+    /* read as lock.c passes them: no other caller is rewired */
+    va_list ap;
+    va_start(ap, n);
+    void *addr = va_arg(ap, void *);
+    int op = va_arg(ap, int);
+    unsigned val = va_arg(ap, unsigned);
+    void *timeout = va_arg(ap, void *);
+    void *addr2 = va_arg(ap, void *);
+    int val3 = va_arg(ap, int);
+    va_end(ap);
+    if ((op & FUTEX_CMD_MASK) == FUTEX_WAIT && addr == atomic_load(&tw_test_futex_word))
+        atomic_fetch_add(&tw_test_futex_waits, 1);
+    return __real_syscall(n, addr, op, val, timeout, addr2, val3);
+}
+#endif
+
+/* Counts from now the futex waits on `word` (a lock's word), where the
+ * wrapper above counts them; elsewhere does nothing. */
+static inline void watch_lock_word(const void *word)
+{
+#ifdef TW_TEST_FUTEX
+    atomic_store(&tw_test_futex_waits, 0);
+    atomic_store(&tw_test_futex_word, word);
+#else
+    (void)word;
+#endif
+}
+
+/* Called holding the lock watch_lock_word named: waits until another
+ * thread has gone to sleep on it (returns 1) or *done is set (returns 0:
+ * the other thread got past the lock, which the caller's test must
+ * fail). 60 s at most. Without the wrapper it waits for *done for 200 ms
+ * (1 s under TW_TEST_SLOW), and returns -1 if it is not set: nothing
+ * known. Never asserts: it may run in a library callback. */
+static inline int wait_blocked_on_lock(_Atomic int *done)
+{
+#ifdef TW_TEST_FUTEX
+    for (int ms = 0; ms < 60000 && !atomic_load(done); ms++) {
+        if (atomic_load(&tw_test_futex_waits))
+            return 1;
+        usleep(1000);
+    }
+    return atomic_load(done) ? 0 : -1;
+#else
+    int ms = getenv("TW_TEST_SLOW") ? 1000 : 200;
+    for (int k = 0; k < ms && !atomic_load(done); k++)
+        usleep(1000);
+    return atomic_load(done) ? 0 : -1;
+#endif
+}
+
 /* A timer as mk_fake_sharded (below) makes, with a tick of `tick` ns
  * (0: the default). */
 static inline tw_timer *mk_fake_tick(struct atomic_clock *c, uint32_t workers,

@@ -3243,12 +3243,15 @@ static void test_completion_publishes_answer(void **state)
 /* A submission's second try, made once the op is watched, runs under the
  * op's lock, so a check of its key made meanwhile waits for it: the
  * header's promise that no two tries of one op overlap. Here the second
- * try waits (200 ms; 1 s under TW_TEST_SLOW) for a check's try to begin
- * while a thread checks the key over and over; one must not, and the
- * check's try comes after. Without the lock the check's try begins
+ * try waits while a thread checks the key over and over, until the
+ * checking thread has gone to sleep on the op's lock (on Linux, where the
+ * futex wait is seen: wait_blocked_on_lock, helpers.h; elsewhere 200 ms,
+ * 1 s under TW_TEST_SLOW) or a check's try has begun; one must not, and
+ * the check's try comes after. Without the lock the check's try begins
  * during the wait, and the overlap shows in any build. */
 static pthread_t sub_self;
 static int sub_tries;              /* the submitting thread's tries */
+static int sub_saw_blocked;        /* wait_blocked_on_lock's answer */
 static _Atomic int checks_entered; /* tries made by the checking thread */
 static _Atomic int sub_check_stop;
 
@@ -3261,9 +3264,7 @@ static bool waiting_try(tw_op *op)
     if (!pthread_equal(pthread_self(), sub_self)) {
         atomic_fetch_add(&checks_entered, 1);
     } else if (++sub_tries == 2) {
-        int ms = getenv("TW_TEST_SLOW") ? 1000 : 200;
-        for (int k = 0; k < ms && !atomic_load(&checks_entered); k++)
-            usleep(1000);
+        sub_saw_blocked = wait_blocked_on_lock(&checks_entered);
     }
     atomic_store(&r->in_try, 0);
     return false;
@@ -3289,6 +3290,8 @@ static void test_submission_tries_under_op_lock(void **state)
     assert_int_equal(tw_op_create(p, &waiting_ops, &r, 60 * SEC, &op), 0);
     sub_self = pthread_self();
     sub_tries = 0;
+    sub_saw_blocked = -2;
+    watch_lock_word(&op->lock);
     atomic_store(&checks_entered, 0);
     atomic_store(&sub_check_stop, 0);
     pthread_t th;
@@ -3301,6 +3304,11 @@ static void test_submission_tries_under_op_lock(void **state)
     pthread_join(th, NULL);
     assert_int_equal(atomic_load(&r.overlap), 0);
     assert_int_equal(sub_tries, 2);
+#ifdef TW_TEST_FUTEX
+    assert_int_equal(sub_saw_blocked, 1); /* the checker slept on the lock */
+#else
+    assert_int_equal(sub_saw_blocked, -1); /* no check's try in the window */
+#endif
     assert_true(atomic_load(&checks_entered) >= 1);
     assert_int_equal(r.tries, 2 + atomic_load(&checks_entered));
     assert_true(tw_op_force_complete(op));
@@ -3314,13 +3322,15 @@ static void test_submission_tries_under_op_lock(void **state)
  * takes it a second time, in the force_complete. Releasing that inner
  * hold must leave the lock held until the try returns. Here the try,
  * once its force_complete has returned, starts a thread that forces the
- * same op, and waits (up to 200 ms; 1 s under TW_TEST_SLOW) for it to
- * finish: it must not, as it needs the lock the submission still holds.
- * It finishes after the try, and finds the op completed. A lock whose
- * inner release let it go shows that thread done during the wait. */
+ * same op, and waits until that thread has gone to sleep on the op's
+ * lock (on Linux: wait_blocked_on_lock, helpers.h; elsewhere up to 200
+ * ms, 1 s under TW_TEST_SLOW) or has finished: it must not finish, as it
+ * needs the lock the submission still holds. It finishes after the try,
+ * and finds the op completed. A lock whose inner release let it go shows
+ * that thread done during the wait. */
 static pthread_t nested_other;
 static _Atomic int nested_other_done, nested_other_got;
-static _Atomic int nested_done_during_try;
+static _Atomic int nested_done_during_try, nested_saw_blocked;
 
 static void *nested_forcer(void *arg)
 {
@@ -3334,9 +3344,7 @@ static bool nested_try(tw_op *op)
     bool mine = tw_op_force_complete(op); /* the lock taken and let go again */
     assert_true(mine);
     assert_int_equal(pthread_create(&nested_other, NULL, nested_forcer, op), 0);
-    int ms = getenv("TW_TEST_SLOW") ? 1000 : 200;
-    for (int k = 0; k < ms && !atomic_load(&nested_other_done); k++)
-        usleep(1000);
+    atomic_store(&nested_saw_blocked, wait_blocked_on_lock(&nested_other_done));
     atomic_store(&nested_done_during_try, atomic_load(&nested_other_done));
     return mine;
 }
@@ -3353,12 +3361,19 @@ static void test_op_lock_held_after_nested_release(void **state)
     atomic_store(&nested_other_done, 0);
     atomic_store(&nested_other_got, -1);
     atomic_store(&nested_done_during_try, -1);
+    atomic_store(&nested_saw_blocked, -2);
     tw_op *op;
     assert_int_equal(tw_op_create(p, &nested_ops, &r, 60 * SEC, &op), 0);
+    watch_lock_word(&op->lock);
     struct tw_key k = KEY("nested");
     assert_int_equal(tw_purgatory_try_complete_else_watch(p, op, &k, 1), 1);
     assert_int_equal(pthread_join(nested_other, NULL), 0);
     assert_int_equal(atomic_load(&nested_done_during_try), 0);
+#ifdef TW_TEST_FUTEX
+    assert_int_equal(atomic_load(&nested_saw_blocked), 1); /* it slept on the lock */
+#else
+    assert_int_equal(atomic_load(&nested_saw_blocked), -1);
+#endif
     assert_int_equal(atomic_load(&nested_other_done), 1);
     assert_int_equal(atomic_load(&nested_other_got), 0); /* completed already */
     assert_int_equal(atomic_load(&r.completed), 1);
