@@ -63,45 +63,72 @@ static inline uint64_t atomic_clock_read(void *ctx)
  * test's own joins, which are listed too and harm nothing. Elsewhere the
  * callback waits in real time (200 ms; 5 s under TW_TEST_SLOW), which a
  * stopping thread kept off the CPU for longer can outlast. */
-#ifdef TW_TEST_WRAP_JOIN
+#if defined(TW_TEST_WRAP_JOIN) || defined(TW_TEST_WRAP_CONDWAIT)
 #include <pthread.h>
 
+/* The threads inside a wrapped call, listed by its wrapper. */
+struct tw_test_threads {
+    pthread_mutex_t mu;
+    int cap;
+    pthread_t *th;
+    int *used;
+};
+
+/* Lists th; returns its place, for tw_test_threads_remove. */
+static inline int tw_test_threads_add(struct tw_test_threads *l, pthread_t th)
+{
+    int k;
+    pthread_mutex_lock(&l->mu);
+    for (k = 0; k < l->cap && l->used[k]; k++)
+        ;
+    if (k == l->cap)
+        abort(); /* more at once than any test makes */
+    l->th[k] = th;
+    l->used[k] = 1;
+    pthread_mutex_unlock(&l->mu);
+    return k;
+}
+
+static inline void tw_test_threads_remove(struct tw_test_threads *l, int k)
+{
+    pthread_mutex_lock(&l->mu);
+    l->used[k] = 0;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* How many listed are th (same = 1), or are not (same = 0). */
+static inline int tw_test_threads_count(struct tw_test_threads *l, pthread_t th, int same)
+{
+    int n = 0;
+    pthread_mutex_lock(&l->mu);
+    for (int k = 0; k < l->cap; k++)
+        n += l->used[k] && (pthread_equal(l->th[k], th) != 0) == (same != 0);
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+#endif
+
+#ifdef TW_TEST_WRAP_JOIN
 int __real_pthread_join(pthread_t th, void **ret);
 int __wrap_pthread_join(pthread_t th, void **ret);
 
-#define TW_TEST_JOINS 16
-static pthread_mutex_t tw_test_joins_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_t tw_test_joins[TW_TEST_JOINS]; /* threads being joined */
-static int tw_test_joins_used[TW_TEST_JOINS];
+static pthread_t tw_test_joins_th[16];
+static int tw_test_joins_used[16];
+static struct tw_test_threads tw_test_joins = { PTHREAD_MUTEX_INITIALIZER, 16, tw_test_joins_th,
+                                                tw_test_joins_used }; /* threads being joined */
 
 int __wrap_pthread_join(pthread_t th, void **ret)
 {
-    int k;
-    pthread_mutex_lock(&tw_test_joins_mu);
-    for (k = 0; k < TW_TEST_JOINS && tw_test_joins_used[k]; k++)
-        ;
-    if (k == TW_TEST_JOINS)
-        abort(); /* more joins at once than any test makes */
-    tw_test_joins[k] = th;
-    tw_test_joins_used[k] = 1;
-    pthread_mutex_unlock(&tw_test_joins_mu);
+    int k = tw_test_threads_add(&tw_test_joins, th);
     int rc = __real_pthread_join(th, ret);
-    pthread_mutex_lock(&tw_test_joins_mu);
-    tw_test_joins_used[k] = 0;
-    pthread_mutex_unlock(&tw_test_joins_mu);
+    tw_test_threads_remove(&tw_test_joins, k);
     return rc;
 }
 
 /* Whether some thread is joining the calling one. */
 static inline int being_joined(void)
 {
-    int found = 0;
-    pthread_mutex_lock(&tw_test_joins_mu);
-    for (int k = 0; k < TW_TEST_JOINS; k++)
-        if (tw_test_joins_used[k] && pthread_equal(tw_test_joins[k], pthread_self()))
-            found = 1;
-    pthread_mutex_unlock(&tw_test_joins_mu);
-    return found;
+    return tw_test_threads_count(&tw_test_joins, pthread_self(), 1) > 0;
 }
 #endif
 
@@ -119,6 +146,38 @@ static inline void wait_until_halted(void)
     usleep(getenv("TW_TEST_SLOW") ? 5000000 : 200000);
 #endif
 }
+
+/* test_threaded, on Linux, wraps pthread_cond_wait too
+ * (-Wl,--wrap=pthread_cond_wait, TW_TEST_WRAP_CONDWAIT), and the wrapper
+ * lists the threads inside it, so that a test can see a thread of the
+ * library asleep (the driver waiting for room in a full workers' queue)
+ * rather than sleep and hope it got there. A thread is listed before the
+ * real call: it holds the mutex until that call lets it go, so whoever
+ * would wake it cannot come between. */
+#ifdef TW_TEST_WRAP_CONDWAIT
+int __real_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
+int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
+
+/* test_thread_names starts 300 workers, each waiting for a job */
+static pthread_t tw_test_conds_th[1024];
+static int tw_test_conds_used[1024];
+static struct tw_test_threads tw_test_conds = { PTHREAD_MUTEX_INITIALIZER, 1024, tw_test_conds_th,
+                                                tw_test_conds_used }; /* in a cond wait */
+
+int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+    int k = tw_test_threads_add(&tw_test_conds, pthread_self());
+    int rc = __real_pthread_cond_wait(c, m);
+    tw_test_threads_remove(&tw_test_conds, k);
+    return rc;
+}
+
+/* How many threads but `other` are inside pthread_cond_wait. */
+static inline int cond_waiters_but(pthread_t other)
+{
+    return tw_test_threads_count(&tw_test_conds, other, 0);
+}
+#endif
 
 /* A test that holds a lock while another thread tries to take it must
  * see that thread blocked, and not let it in. In real time that is a
