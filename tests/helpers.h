@@ -147,16 +147,21 @@ static inline void wait_until_halted(void)
 #endif
 }
 
-/* test_threaded, on Linux, wraps pthread_cond_wait too
- * (-Wl,--wrap=pthread_cond_wait, TW_TEST_WRAP_CONDWAIT), and the wrapper
- * lists the threads inside it, so that a test can see a thread of the
- * library asleep (the driver waiting for room in a full workers' queue)
- * rather than sleep and hope it got there. A thread is listed before the
- * real call: it holds the mutex until that call lets it go, so whoever
- * would wake it cannot come between. */
+/* test_threaded, on Linux, wraps pthread_cond_wait and
+ * pthread_cond_timedwait too (-Wl,--wrap=..., TW_TEST_WRAP_CONDWAIT), and
+ * the wrappers list the threads inside them, so that a test can see a
+ * thread of the library asleep (the driver waiting for room in a full
+ * workers' queue, or for its next deadline) rather than sleep and hope it
+ * got there. A thread is listed before the real call: it holds the mutex
+ * until that call lets it go, so whoever would wake it cannot come
+ * between. */
 #ifdef TW_TEST_WRAP_CONDWAIT
 int __real_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
+int __real_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+                                  const struct timespec *ts);
+int __wrap_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+                                  const struct timespec *ts);
 
 /* test_thread_names starts 300 workers, each waiting for a job */
 static pthread_t tw_test_conds_th[1024];
@@ -172,7 +177,16 @@ int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
     return rc;
 }
 
-/* How many threads but `other` are inside pthread_cond_wait. */
+int __wrap_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+                                  const struct timespec *ts)
+{
+    int k = tw_test_threads_add(&tw_test_conds, pthread_self());
+    int rc = __real_pthread_cond_timedwait(c, m, ts);
+    tw_test_threads_remove(&tw_test_conds, k);
+    return rc;
+}
+
+/* How many threads but `other` are inside a cond wait, timed or not. */
 static inline int cond_waiters_but(pthread_t other)
 {
     return tw_test_threads_count(&tw_test_conds, other, 0);

@@ -422,13 +422,27 @@ static void test_end_of_time_schedule_wakes_driver(void **state)
     }
 }
 
-/* Counts, after 50 ms: long enough for the driver to plan its sleep
- * while the task is out of its shard, running. */
+/* Counts once the driver has planned its sleep while the task is out of
+ * its shard, running: on Linux once the driver is seen asleep (the only
+ * other thread in a cond wait, once the test's tw_wake has returned; the
+ * test's thread then polls), elsewhere after 50 ms, which is almost
+ * always long enough. */
+static _Atomic int slow_count_saw_asleep, slow_count_woken;
+
 static void slow_count_fn(tw_timer *t, tw_id id, void *arg)
 {
     (void)t;
     (void)id;
+#ifdef TW_TEST_WRAP_CONDWAIT
+    for (int ms = 0; ms < 60000 && !atomic_load(&slow_count_woken); ms++)
+        usleep(1000);
+    int asleep = 0;
+    for (int ms = 0; ms < 60000 && !(asleep = cond_waiters_but(pthread_self())); ms++)
+        usleep(1000);
+    atomic_fetch_add(&slow_count_saw_asleep, asleep == 1);
+#else
     usleep(50000);
+#endif
     atomic_fetch_add((_Atomic int *)arg, 1);
 }
 
@@ -444,9 +458,12 @@ static void test_rearm_at_end_of_time_wakes_driver(void **state)
     tw_timer *t = mk_fake_tick(&c, 1, UINT64_MAX - 1000, 1, 1);
     _Atomic int n = 0;
     tw_id id;
+    atomic_store(&slow_count_saw_asleep, 0);
+    atomic_store(&slow_count_woken, 0);
     assert_int_equal(tw_schedule_every(t, 990, 100, TW_FIXED_DELAY, slow_count_fn, &n, &id), 0);
     atomic_store(&c.now, UINT64_MAX - 10);
     assert_int_equal(tw_wake(t), 0); /* queued to the worker */
+    atomic_store(&slow_count_woken, 1);
     uint64_t d = 0;
     for (int ms = 0; ms < 60000 && tw_deadline(t, id, &d) != 0; ms++)
         usleep(1000); /* -EBUSY until re-armed */
@@ -456,6 +473,9 @@ static void test_rearm_at_end_of_time_wakes_driver(void **state)
     atomic_store(&c.now, UINT64_MAX);
     spin_until_count(&n, 2);
     assert_int_equal(atomic_load(&n), 2); /* its last firing */
+#ifdef TW_TEST_WRAP_CONDWAIT
+    assert_int_equal(atomic_load(&slow_count_saw_asleep), 2); /* each time */
+#endif
     assert_int_equal(tw_stop(t, NULL, NULL), 0);
     tw_destroy(t);
 }
@@ -1693,9 +1713,10 @@ static void test_stop_with_full_queue(void **state)
     tw_timer *t = fill_worker_queue(&c, 1, &w);
     struct tw_stats s;
 #ifdef TW_TEST_WRAP_CONDWAIT
-    for (int ms = 0; ms < 60000 && !cond_waiters_but(w); ms++)
+    int asleep = 0;
+    for (int ms = 0; ms < 60000 && !(asleep = cond_waiters_but(w)); ms++)
         usleep(1000);
-    assert_int_equal(cond_waiters_but(w), 1);
+    assert_int_equal(asleep, 1);
 #else
     usleep(20000);
 #endif
