@@ -1706,8 +1706,8 @@ static void test_stop_with_full_queue(void **state)
     struct atomic_clock c;
     pthread_t w;
     /* the driver waits for room, so that tw_stop finds it waiting: on
-     * Linux until it is seen asleep (the only thread in pthread_cond_wait
-     * but w, whose tw_wake waits for the pass; the worker is held in a
+     * Linux until it is seen asleep (the only thread in a cond wait but
+     * w, whose tw_wake waits for the pass; the worker is held in a
      * callback), elsewhere 20 ms, after which the checks below hold
      * whether or not it got there */
     tw_timer *t = fill_worker_queue(&c, 1, &w);
