@@ -8,7 +8,15 @@
  * scheduled has exactly one outcome: it fired (one-shot), its cancel
  * returned 0, or the drain or tw_stop handed it back; periodic tasks end
  * cancelled or handed back, once. Bounded by operation counts,
- * not by time, so a slow (sanitized) machine does the same work. */
+ * not by time, so a slow (sanitized) machine does the same work.
+ *
+ * The stop comes in the middle by construction, not by timing: each
+ * producer waits at its halfway operation until all have reached theirs
+ * and tasks have fired; the main thread lets them go, waits until each
+ * has done GATE_OPS operations more (so that all are running, with
+ * thousands left), and calls tw_stop. None can have ended by then: each
+ * makes its last schedule only once tw_stop has returned, and that one
+ * must be refused. */
 #include "helpers.h"
 
 #include <pthread.h>
@@ -48,7 +56,11 @@ static _Atomic int ntasks;
 static _Atomic int cb_budget; /* schedules left to callbacks */
 static tw_timer *timer;
 static uint64_t start_ns; /* tw_now at creation: no deadline is earlier */
-static _Atomic int stopped;
+/* the stop in the middle (see the top): producers at their halfway gate,
+ * let go, past it by GATE_OPS operations; the stop begun, returned */
+#define GATE_OPS 16
+static _Atomic int at_gate, released, running, stop_begun, stop_returned;
+static _Atomic long after_stop_begun; /* operations begun since */
 static _Atomic long fired_total;
 static _Atomic long drained_total;
 
@@ -115,6 +127,15 @@ static void *producer(void *arg)
 {
     uint64_t seed = (uint64_t)(uintptr_t)arg * 0x2545F4914F6CDD1Dull | 1;
     for (int i = 0; i < OPS; i++) {
+        if (i == OPS / 2) {
+            atomic_fetch_add(&at_gate, 1);
+            while (!atomic_load(&released))
+                usleep(100);
+        } else if (i == OPS / 2 + GATE_OPS) {
+            atomic_fetch_add(&running, 1);
+        }
+        if (atomic_load(&stop_begun))
+            atomic_fetch_add(&after_stop_begun, 1);
         if (i == OPS / 8 && (uintptr_t)arg == 1) {
             /* one drain while everything runs: tasks pending, firing,
              * and taken by the driver but not yet run are handed back */
@@ -140,6 +161,12 @@ static void *producer(void *arg)
                   (drc == -EBUSY && d == 0));
         }
     }
+    /* the last schedule, once tw_stop has returned: refused, with no
+     * slot taken and no id written */
+    while (!atomic_load(&stop_returned))
+        usleep(100);
+    tw_id late = 0;
+    CHECK(tw_schedule(timer, MS, fire_fn, NULL, &late) == -ESHUTDOWN && late == 0);
     return NULL;
 }
 
@@ -157,7 +184,12 @@ static void run(uint32_t workers)
     assert_non_null(tasks);
     atomic_store(&ntasks, 0);
     atomic_store(&cb_budget, CB_TASKS);
-    atomic_store(&stopped, 0);
+    atomic_store(&at_gate, 0);
+    atomic_store(&released, 0);
+    atomic_store(&running, 0);
+    atomic_store(&stop_begun, 0);
+    atomic_store(&stop_returned, 0);
+    atomic_store(&after_stop_begun, 0);
     atomic_store(&fired_total, 0);
     atomic_store(&drained_total, 0);
     struct tw_options o;
@@ -170,14 +202,19 @@ static void run(uint32_t workers)
     pthread_t th[THREADS];
     for (int k = 0; k < THREADS; k++)
         pthread_create(&th[k], NULL, producer, (void *)(uintptr_t)(k + 1));
-    /* stop in the middle: once tasks are firing, while the producers are
-     * (very likely) still going; bounded so a slow machine cannot hang */
-    for (int spin = 0; spin < 20000; spin++) {
-        if (atomic_load(&ntasks) >= THREADS * OPS / 4 && atomic_load(&fired_total) >= 20)
-            break;
+    /* the stop in the middle (see the top): every producer at its gate
+     * (an operation count away), and tasks firing (bounded, so that a
+     * timer that fires nothing fails below rather than hangs) */
+    while (atomic_load(&at_gate) < THREADS)
+        usleep(200);
+    for (int spin = 0; spin < 20000 && atomic_load(&fired_total) < 20; spin++)
         usleep(500);
-    }
+    atomic_store(&released, 1);
+    while (atomic_load(&running) < THREADS)
+        usleep(50);
+    atomic_store(&stop_begun, 1);
     int handed_back = tw_stop(timer, unfired, NULL);
+    atomic_store(&stop_returned, 1);
     assert_true(handed_back >= 0);
     for (int k = 0; k < THREADS; k++)
         pthread_join(th[k], NULL);
@@ -207,9 +244,13 @@ static void run(uint32_t workers)
     assert_int_equal(handed, handed_back + atomic_load(&drained_total));
     assert_int_equal(scheduled, (long)s.scheduled);
     assert_true(fired > 0 && cancelled > 0);
+    /* how many of the producers' operations (their last schedules left
+     * out) began once the stop had: reported, not asserted, for it
+     * follows the threads' turns (each had at most 2,984 left) */
     print_message("workers=%u: %ld scheduled, %ld fired (one-shot), %ld cancelled, %ld handed back "
-                  "(%ld by a drain)\n",
-                  workers, scheduled, fired, cancelled, handed, atomic_load(&drained_total));
+                  "(%ld by a drain); %ld operations begun after the stop began\n",
+                  workers, scheduled, fired, cancelled, handed, atomic_load(&drained_total),
+                  atomic_load(&after_stop_begun));
     free(tasks);
 }
 
