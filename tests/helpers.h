@@ -216,21 +216,20 @@ static _Atomic int tw_test_futex_waits;
 
 long __wrap_syscall(long n, ...)
 {
-    if (n != SYS_futex)
-        abort(); /* lock.c's futex is the library's only syscall() */
-    /* read as lock.c passes them: no other caller is rewired */
+    /* Passed on as glibc's syscall() takes its arguments: six words,
+     * however many the caller gave. Not only lock.c's futex comes here:
+     * a sanitizer's runtime linked into the test calls syscall() too on
+     * i386 (its x86-64 runtime makes its system calls itself). */
     va_list ap;
     va_start(ap, n);
-    void *addr = va_arg(ap, void *);
-    int op = va_arg(ap, int);
-    unsigned val = va_arg(ap, unsigned);
-    void *timeout = va_arg(ap, void *);
-    void *addr2 = va_arg(ap, void *);
-    int val3 = va_arg(ap, int);
+    long a[6];
+    for (int k = 0; k < 6; k++)
+        a[k] = va_arg(ap, long);
     va_end(ap);
-    if ((op & FUTEX_CMD_MASK) == FUTEX_WAIT && addr == atomic_load(&tw_test_futex_word))
+    if (n == SYS_futex && ((int)a[1] & FUTEX_CMD_MASK) == FUTEX_WAIT &&
+        (const void *)a[0] == atomic_load(&tw_test_futex_word))
         atomic_fetch_add(&tw_test_futex_waits, 1);
-    return __real_syscall(n, addr, op, val, timeout, addr2, val3);
+    return __real_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 #endif
 

@@ -98,6 +98,12 @@ struct msrc {
     uint64_t rng; /* used when p runs out, if nonzero */
 };
 
+/* The clock's word, which the model's thread stores and a threaded
+ * timer's driver loads at once: 8-byte aligned, for a uint64_t inside a
+ * struct is aligned to 4 on i386, and an 8-byte atomic there may then
+ * straddle two cache lines (clang -m32 refuses it, -Watomic-alignment). */
+typedef uint64_t model_clock_word __attribute__((aligned(8)));
+
 struct model {
     tw_timer *t;
     int threaded;         /* a threaded timer, driven by tw_wake */
@@ -141,7 +147,7 @@ struct model {
     int key_owner[MODEL_KEYS];
     struct msrc *src;
     long step;
-    uint64_t clock_value;
+    model_clock_word clock_value;
     /* threaded: a callback moved the clock (m_clock_jump) during this
      * advance; the model's thread reads it (atomically) between its
      * tw_wake calls, while the driver may be running a pass of its own */
@@ -215,7 +221,7 @@ static inline uint64_t m_ceil_tick(const struct model *m, uint64_t ns)
  * new time sees that state too. */
 static inline uint64_t model_clock(void *ctx)
 {
-    return __atomic_load_n((uint64_t *)ctx, __ATOMIC_ACQUIRE);
+    return __atomic_load_n((model_clock_word *)ctx, __ATOMIC_ACQUIRE);
 }
 
 /* The allocator keeps each block's size in front of it, so that the
