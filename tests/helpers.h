@@ -193,6 +193,22 @@ static inline int cond_waiters_but(pthread_t other)
 }
 #endif
 
+/* A wrapper of syscall() (-Wl,--wrap=syscall) reads the six words
+ * glibc's syscall() reads, however many its caller passed, and passes
+ * them all on: the library's futex calls are not the only ones it gets,
+ * for on i386 a sanitizer's runtime linked into the test calls syscall()
+ * too (its x86-64 runtime makes its system calls itself). */
+#define TW_TEST_SYSCALL_WORDS(a, n)                                        \
+    do {                                                                   \
+        va_list ap_;                                                       \
+        va_start(ap_, n);                                                  \
+        for (int k_ = 0; k_ < 6; k_++)                                     \
+            (a)[k_] = va_arg(ap_, long);                                   \
+        va_end(ap_);                                                       \
+    } while (0)
+long __real_syscall(long n, ...);
+long __wrap_syscall(long n, ...);
+
 /* A test that holds a lock while another thread tries to take it must
  * see that thread blocked, and not let it in. In real time that is a
  * window in which nothing may happen: the shorter, the weaker the test.
@@ -202,33 +218,28 @@ static inline int cond_waiters_but(pthread_t other)
  * TW_TEST_WRAP_FUTEX; tests/meson.build): the wrapper counts the waits
  * begun on one word, so the test waits until the other thread has gone
  * to sleep on the lock instead. (The -U__linux__ builds' lock is a
- * pthread mutex: no syscall() to wrap, and the window remains.) */
-#if defined(TW_TEST_WRAP_FUTEX) && defined(__linux__)
+ * pthread mutex: nothing to count, and the window remains; the link
+ * wraps syscall() all the same, so there the wrapper only passes the
+ * calls on.) */
+#ifdef TW_TEST_WRAP_FUTEX
+#ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #define TW_TEST_FUTEX 1
 
-long __real_syscall(long n, ...);
-long __wrap_syscall(long n, ...);
-
 static _Atomic(const void *) tw_test_futex_word; /* whose waits count */
 static _Atomic int tw_test_futex_waits;
+#endif
 
 long __wrap_syscall(long n, ...)
 {
-    /* Passed on as glibc's syscall() takes its arguments: six words,
-     * however many the caller gave. Not only lock.c's futex comes here:
-     * a sanitizer's runtime linked into the test calls syscall() too on
-     * i386 (its x86-64 runtime makes its system calls itself). */
-    va_list ap;
-    va_start(ap, n);
     long a[6];
-    for (int k = 0; k < 6; k++)
-        a[k] = va_arg(ap, long);
-    va_end(ap);
+    TW_TEST_SYSCALL_WORDS(a, n);
+#ifdef TW_TEST_FUTEX
     if (n == SYS_futex && ((int)a[1] & FUTEX_CMD_MASK) == FUTEX_WAIT &&
         (const void *)a[0] == atomic_load(&tw_test_futex_word))
         atomic_fetch_add(&tw_test_futex_waits, 1);
+#endif
     return __real_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 #endif

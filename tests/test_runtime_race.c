@@ -42,8 +42,6 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m);
 int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 int __real_pthread_join(pthread_t th, void **ret);
 int __wrap_pthread_join(pthread_t th, void **ret);
-long __real_syscall(long nr, ...);
-long __wrap_syscall(long nr, ...);
 
 /* Set on the test's own threads; the driver is the only other thread. */
 static _Thread_local int test_side;
@@ -147,14 +145,12 @@ static _Atomic int gate_releases, gate_inject_at;
 
 long __wrap_syscall(long nr, ...)
 {
-    va_list ap;
-    va_start(ap, nr);
-    _Atomic uint32_t *addr = va_arg(ap, _Atomic uint32_t *);
-    int op = va_arg(ap, int);
-    uint32_t val = va_arg(ap, uint32_t);
-    va_end(ap);
+    long a[6]; /* every word passed on (helpers.h) */
+    TW_TEST_SYSCALL_WORDS(a, nr);
+    _Atomic uint32_t *addr = (_Atomic uint32_t *)a[0];
+    int op = (int)a[1];
     if (nr != SYS_futex || addr != atomic_load(&gate))
-        return __real_syscall(nr, addr, op, val, NULL, NULL, 0);
+        return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
     if ((op & FUTEX_CMD_MASK) == FUTEX_WAIT) {
         atomic_store(addr, 0); /* through: the caller's loop takes it */
         return 0;
@@ -455,6 +451,13 @@ int __wrap_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 int __wrap_pthread_join(pthread_t th, void **ret)
 {
     return __real_pthread_join(th, ret);
+}
+
+long __wrap_syscall(long nr, ...)
+{
+    long a[6];
+    TW_TEST_SYSCALL_WORDS(a, nr);
+    return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 
 int main(void)
