@@ -26,7 +26,9 @@
  *       same on a simulated clock (1 ms steps, no sleeping; "W2sim",
  *       --only w2sim for this alone): the back end's own work and its
  *       longest advance (each the median of --reps runs), and what one
- *       sleep costs.
+ *       sleep costs. With --w2sim-pause, once more for each pause
+ *       given, the thread spinning that long after each advance: the
+ *       advances' CPU, which rises with the time away from the walk.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU (the median of --reps windows) and wake-ups (the most
  *       in any window), beside the same window slept with no back end
@@ -95,6 +97,8 @@ static struct {
     int callgrind_burst;  /* --callgrind-w1b N: --callgrind's, on W1b */
     size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     int w2_emptied;       /* --w2-emptied: W2 warm once more, no timer held */
+    long pause_us[4];     /* --w2sim-pause: W2sim once more a pause, µs */
+    int npauses;
     FILE *csv;
     int plot_w1, plot_w2; /* this run wrote the plot's data */
 } cfg = { .out = "twheel-bench", .reps = 3 };
@@ -1351,21 +1355,34 @@ static int sim_clock_backends(const struct backend_ops **be)
     return nb;
 }
 
+/* A child's simulated-clock back end, by name, opened for W2's n timers,
+ * with their delays and the clock's start, and no timer fired yet (g_late
+ * is NULL: firings are only counted). 0, or 1 if it cannot be. */
+static int w2sim_open(const char *name, size_t n, const struct backend_ops **ops,
+                      struct backend *be, uint64_t **delays, uint64_t *base)
+{
+    *ops = find_backend(name);
+    if (!*ops || !(*ops)->sim_clock)
+        return 1;
+    *delays = w2_delays(n);
+    *base = bench_now_ns();
+    if (open_backend(be, *ops, n + 16)) {
+        free(*delays);
+        return 1;
+    }
+    g_fired = 0;
+    return 0;
+}
+
 /* The child's side of one W2 run on a simulated clock: prints CPU s per
  * million, the longest advance (ns) and the timers fired. */
 static int w2sim_child(const char *name, size_t n)
 {
-    const struct backend_ops *ops = find_backend(name);
+    const struct backend_ops *ops;
     struct backend be;
-    if (!ops || !ops->sim_clock)
+    uint64_t *delays, base;
+    if (w2sim_open(name, n, &ops, &be, &delays, &base))
         return 1;
-    uint64_t *delays = w2_delays(n);
-    uint64_t base = bench_now_ns();
-    if (open_backend(&be, ops, n + 16)) {
-        free(delays);
-        return 1;
-    }
-    g_fired = 0; /* g_late is NULL: firings are only counted */
     double a0 = process_cpu();
     uint64_t longest = w2_sim_loop(ops, &be, delays, n, base, 1);
     double cpu = (process_cpu() - a0) * 1e6 / (double)n;
@@ -2227,6 +2244,99 @@ static void make_plots(void)
     printf("\n");
 }
 
+/* W2 on a simulated clock with the thread away from the timers for a
+ * while after each advance: pause_ns of wall time spent spinning on the
+ * clock (not sleeping, so that neither a sleep's own CPU nor the
+ * scheduler's enters). The walk is the same as w2_sim_loop's; what the
+ * pause adds to the advances' CPU is what their next walk pays for the
+ * caches and the TLB having served something else meanwhile: on a shared
+ * VM, other tenants, who fill the L3 whether this thread sleeps or spins.
+ * It is the part of W2 in real time (whose advances are ~1 ms apart) that
+ * the simulated clock leaves out (README, "Why the misses stand").
+ * Prints the advances' thread CPU and the adds', each in s per million,
+ * and the timers fired. */
+static int w2pause_child(const char *name, size_t n, uint64_t pause_ns)
+{
+    const struct backend_ops *ops;
+    struct backend be;
+    uint64_t *delays, base;
+    if (w2sim_open(name, n, &ops, &be, &delays, &base))
+        return 1;
+    double a0 = bench_thread_cpu();
+    for (size_t k = 0; k < n; k++)
+        ops->add(&be, delays[k], &g_dummy, &handle_sink);
+    double adds = bench_thread_cpu() - a0, advances = 0;
+    for (uint64_t t = base + MS; g_fired < n && t < base + w2_span() + SEC; t += MS) {
+        double w0 = bench_thread_cpu();
+        ops->advance(&be, t);
+        advances += bench_thread_cpu() - w0;
+        for (uint64_t until = bench_now_ns() + pause_ns; bench_now_ns() < until;)
+            ;
+    }
+    printf("%.9g %.9g %zu\n", advances * 1e6 / (double)n, adds * 1e6 / (double)n,
+           (size_t)g_fired);
+    ops->close(&be);
+    free(delays);
+    return 0;
+}
+
+/* --w2sim-pause: W2 on a simulated clock once for each pause given, every
+ * pause and back end in turn, each run in a process of its own. */
+static void run_w2_pause(void)
+{
+    size_t n = cfg.quick ? 100000 : 1000000;
+    int reps = cfg.quick ? 1 : cfg.reps, np = cfg.npauses;
+    const struct backend_ops *be[NBACKENDS];
+    int nb = sim_clock_backends(be);
+    static double adv[4][NBACKENDS][9], add[NBACKENDS][4 * 9];
+    int short_of_n[NBACKENDS] = { 0 };
+    for (int k = 0; k < reps; k++)
+        for (int p = 0; p < np; p++)
+            for (int i = 0; i < nb; i++) {
+                progress("W2 paused %ld us %s rep %d...\r", cfg.pause_us[p], be[i]->name, k + 1);
+                char args[256];
+                snprintf(args, sizeof args, "--w2pause-child %s %zu %d %d %ld", be[i]->name, n,
+                         cfg.quick, bench_huge_pages, cfg.pause_us[p]);
+                double v[3];
+                child_figures(args, v, 3);
+                adv[p][i][k] = v[0];
+                add[i][k * np + p] = v[1];
+                if ((size_t)v[2] != n)
+                    short_of_n[i] = 1;
+            }
+    progress("%60s\r", "");
+    printf("\nW2 on a simulated clock with a pause after each advance (--w2sim-pause): the same\n"
+           "  %zu timers, advanced 1 ms at a time, the thread spinning on the clock for the\n"
+           "  pause after each; the advances' thread CPU in s per million fired, the adds'\n"
+           "  apart (every pause and back end in turn; each figure the median of %d)\n",
+           n, reps);
+    printf("    %-11s", "pause (us)");
+    for (int p = 0; p < np; p++)
+        printf(" %9ld", cfg.pause_us[p]);
+    printf("   adds   ");
+    if (np > 1)
+        printf(" advances over the first pause's");
+    printf("\n");
+    for (int i = 0; i < nb; i++) {
+        double first = median(adv[0][i], reps);
+        printf("    %-11s", be[i]->name);
+        for (int p = 0; p < np; p++) {
+            double m = median(adv[p][i], reps);
+            printf(" %9.3f", m);
+            char metric[64];
+            snprintf(metric, sizeof metric, "advance_cpu_s_per_million_pause_%ldus",
+                     cfg.pause_us[p]);
+            csv_row("W2pause", be[i]->name, n, metric, m, 0);
+        }
+        double a = median(add[i], reps * np);
+        printf(" %7.3f  ", a);
+        csv_row("W2pause", be[i]->name, n, "add_cpu_s_per_million", a, 0);
+        for (int p = 1; p < np; p++)
+            printf(" %5.2fx", median(adv[p][i], reps) / first);
+        printf("%s\n", short_of_n[i] ? "  DID NOT FINISH" : "");
+    }
+}
+
 /* ---- main ------------------------------------------------------------- */
 
 static void usage(void)
@@ -2237,7 +2347,9 @@ static void usage(void)
             "                    [--reps N (1..9, default 3)] [--out PREFIX] [--callgrind N]\n"
             "                    [--callgrind-w2 N] [--callgrind-w1b N]\n"
             "                    [--n N]  (W1 at this N only) [--w2-emptied]\n"
-            "                    [--huge-pages]  (manual twheel with tw_options.huge_pages)\n");
+            "                    [--huge-pages]  (manual twheel with tw_options.huge_pages)\n"
+            "                    [--w2sim-pause US[,US...]]  (W2sim again, spinning US us\n"
+            "                     after each advance; up to 4 pauses, 0..100000)\n");
     exit(2);
 }
 
@@ -2251,6 +2363,26 @@ static long whole_arg(const char *s, long lo, long hi)
     if (end == s || *end || errno || v < lo || v > hi)
         usage();
     return (long)v;
+}
+
+/* --w2sim-pause's list: 1 to 4 whole numbers of µs, each 0..100000,
+ * comma-separated. */
+static void pauses_arg(const char *list)
+{
+    char buf[128], *save = NULL;
+    size_t len = strlen(list);
+    /* strtok_r skips empty fields: "5," and ",5" would pass */
+    if (!len || len >= sizeof buf || list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,"))
+        usage();
+    strcpy(buf, list);
+    cfg.npauses = 0;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (cfg.npauses == 4)
+            usage();
+        cfg.pause_us[cfg.npauses++] = whole_arg(t, 0, 100000);
+    }
+    if (!cfg.npauses)
+        usage();
 }
 
 static int is_backend(const char *s, size_t len)
@@ -2306,6 +2438,11 @@ int main(int argc, char **argv)
         bench_huge_pages = atoi(argv[5]) != 0;
         return w2sim_child(argv[2], (size_t)atol(argv[3]));
     }
+    if (argc == 7 && !strcmp(argv[1], "--w2pause-child")) {
+        cfg.quick = atoi(argv[4]) != 0; /* W2's span (w2_span) */
+        bench_huge_pages = atoi(argv[5]) != 0;
+        return w2pause_child(argv[2], (size_t)atol(argv[3]), (uint64_t)atol(argv[6]) * 1000u);
+    }
     if (argc == 6 && !strcmp(argv[1], "--w3-child")) {
         bench_huge_pages = atoi(argv[5]) != 0;
         return w3_child(argv[2], (size_t)atol(argv[3]), (uint64_t)atoll(argv[4]));
@@ -2340,6 +2477,8 @@ int main(int argc, char **argv)
             cfg.w2_emptied = 1;
         else if (!strcmp(argv[k], "--huge-pages"))
             bench_huge_pages = 1;
+        else if (!strcmp(argv[k], "--w2sim-pause") && k + 1 < argc)
+            pauses_arg(argv[++k]);
         else if (!strcmp(argv[k], "--callgrind") && k + 1 < argc)
             cfg.callgrind_n = whole_arg(argv[++k], 1, 1000000000L);
         else if (!strcmp(argv[k], "--callgrind-w2") && k + 1 < argc)
@@ -2427,6 +2566,8 @@ int main(int argc, char **argv)
         run_w2();
     if (selected(cfg.only, "w2") || selected(cfg.only, "w2sim")) /* w2sim: this alone */
         run_w2_sim();
+    if (cfg.npauses && (selected(cfg.only, "w2") || selected(cfg.only, "w2sim")))
+        run_w2_pause();
     if (selected(cfg.only, "w3"))
         run_w3();
     if (selected(cfg.only, "w4"))
