@@ -97,7 +97,7 @@ static struct {
     int callgrind_burst;  /* --callgrind-w1b N: --callgrind's, on W1b */
     size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     int w2_emptied;       /* --w2-emptied: W2 warm once more, no timer held */
-    long pause_us[4];     /* --w2sim-pause: W2sim once more a pause, µs */
+    long pause_us[4];     /* --w2sim-pause: W2sim once more each pause, µs */
     int npauses;
     FILE *csv;
     int plot_w1, plot_w2; /* this run wrote the plot's data */
@@ -2493,6 +2493,10 @@ int main(int argc, char **argv)
     if ((cfg.backends && !names_known(cfg.backends, "back end", is_backend)) ||
         (cfg.only && !names_known(cfg.only, "workload", is_workload)))
         usage();
+    if (cfg.npauses && !selected(cfg.only, "w2") && !selected(cfg.only, "w2sim")) {
+        fprintf(stderr, "twheel-bench: --w2sim-pause runs with w2 or w2sim only\n");
+        usage();
+    }
 
     if (cfg.callgrind_n > 0) {
         /* Only the W1 loop (--callgrind-w1b: W1b's, w1b_loop), for
