@@ -27,8 +27,8 @@
  *       --only w2sim for this alone): the back end's own work and its
  *       longest advance (each the median of --reps runs), and what one
  *       sleep costs. With --w2sim-pause, once more for each pause
- *       given, the thread spinning that long after each advance: the
- *       advances' CPU, which rises with the time away from the walk.
+ *       given, the thread spinning (or sleeping) that long after each
+ *       advance: the advances' CPU, which rises with the time away.
  *   W3  idle long horizon: 10^5 timers over 1 min .. 24 h, 10 s of wall
  *       time. CPU (the median of --reps windows) and wake-ups (the most
  *       in any window), beside the same window slept with no back end
@@ -97,7 +97,8 @@ static struct {
     int callgrind_burst;  /* --callgrind-w1b N: --callgrind's, on W1b */
     size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     int w2_emptied;       /* --w2-emptied: W2 warm once more, no timer held */
-    long pause_us[4];     /* --w2sim-pause: W2sim once more each pause, µs */
+    long pause_us[4];     /* --w2sim-pause: W2sim once more each pause, µs, */
+    int pause_slept[4];   /* spun, or slept ("1000s") */
     int npauses;
     FILE *csv;
     int plot_w1, plot_w2; /* this run wrote the plot's data */
@@ -2246,8 +2247,10 @@ static void make_plots(void)
 
 /* W2 on a simulated clock with the thread away from the timers for a
  * while after each advance: pause_ns of wall time spent spinning on the
- * clock (not sleeping, so that neither a sleep's own CPU nor the
- * scheduler's enters). The walk is the same as w2_sim_loop's; what the
+ * clock, so that neither a sleep's own CPU nor the scheduler's enters,
+ * or, when slept, in nanosleep, as W2 in real time spends it (its
+ * advances' CPU then also pays for whatever the sleep and the wake-up
+ * evict). The walk is the same as w2_sim_loop's; what the
  * pause adds to the advances' CPU is what their next walk pays for the
  * caches and the TLB having served something else meanwhile: on a shared
  * VM, other tenants, who fill the L3 whether this thread sleeps or spins.
@@ -2255,7 +2258,7 @@ static void make_plots(void)
  * the simulated clock leaves out (README, "Why the misses stand").
  * Prints the advances' thread CPU and the adds', each in s per million,
  * and the timers fired. */
-static int w2pause_child(const char *name, size_t n, uint64_t pause_ns)
+static int w2pause_child(const char *name, size_t n, uint64_t pause_ns, int slept)
 {
     const struct backend_ops *ops;
     struct backend be;
@@ -2270,8 +2273,15 @@ static int w2pause_child(const char *name, size_t n, uint64_t pause_ns)
         double w0 = bench_thread_cpu();
         ops->advance(&be, t);
         advances += bench_thread_cpu() - w0;
-        for (uint64_t until = bench_now_ns() + pause_ns; bench_now_ns() < until;)
-            ;
+        if (slept) {
+            struct timespec ts = { (time_t)(pause_ns / SEC), (long)(pause_ns % SEC) };
+            while (nanosleep(&ts, &ts) && errno == EINTR)
+                ;
+        }
+        else {
+            for (uint64_t until = bench_now_ns() + pause_ns; bench_now_ns() < until;)
+                ;
+        }
     }
     printf("%.9g %.9g %zu\n", advances * 1e6 / (double)n, adds * 1e6 / (double)n,
            (size_t)g_fired);
@@ -2293,10 +2303,11 @@ static void run_w2_pause(void)
     for (int k = 0; k < reps; k++)
         for (int p = 0; p < np; p++)
             for (int i = 0; i < nb; i++) {
-                progress("W2 paused %ld us %s rep %d...\r", cfg.pause_us[p], be[i]->name, k + 1);
+                progress("W2 paused %ld us%s %s rep %d...\r", cfg.pause_us[p],
+                         cfg.pause_slept[p] ? " slept" : "", be[i]->name, k + 1);
                 char args[256];
-                snprintf(args, sizeof args, "--w2pause-child %s %zu %d %d %ld", be[i]->name, n,
-                         cfg.quick, bench_huge_pages, cfg.pause_us[p]);
+                snprintf(args, sizeof args, "--w2pause-child %s %zu %d %d %ld %d", be[i]->name, n,
+                         cfg.quick, bench_huge_pages, cfg.pause_us[p], cfg.pause_slept[p]);
                 double v[3];
                 child_figures(args, v, 3);
                 adv[p][i][k] = v[0];
@@ -2306,13 +2317,14 @@ static void run_w2_pause(void)
             }
     progress("%60s\r", "");
     printf("\nW2 on a simulated clock with a pause after each advance (--w2sim-pause): the same\n"
-           "  %zu timers, advanced 1 ms at a time, the thread spinning on the clock for the\n"
-           "  pause after each; the advances' thread CPU in s per million fired, the adds'\n"
-           "  apart (every pause and back end in turn; each figure the median of %d)\n",
+           "  %zu timers, advanced 1 ms at a time, the thread spinning on the clock (or,\n"
+           "  where marked s, sleeping) for the pause after each; the advances' thread CPU in\n"
+           "  s per million fired, the adds' apart (every pause and back end in turn; each\n"
+           "  figure the median of %d)\n",
            n, reps);
     printf("    %-11s", "pause (us)");
     for (int p = 0; p < np; p++)
-        printf(" %9ld", cfg.pause_us[p]);
+        printf(" %8ld%c", cfg.pause_us[p], cfg.pause_slept[p] ? 's' : ' ');
     printf("   adds   ");
     if (np > 1)
         printf(" advances over the first pause's");
@@ -2324,8 +2336,8 @@ static void run_w2_pause(void)
             double m = median(adv[p][i], reps);
             printf(" %9.3f", m);
             char metric[64];
-            snprintf(metric, sizeof metric, "advance_cpu_s_per_million_pause_%ldus",
-                     cfg.pause_us[p]);
+            snprintf(metric, sizeof metric, "advance_cpu_s_per_million_pause_%ldus%s",
+                     cfg.pause_us[p], cfg.pause_slept[p] ? "_slept" : "");
             csv_row("W2pause", be[i]->name, n, metric, m, 0);
         }
         double a = median(add[i], reps * np);
@@ -2349,7 +2361,8 @@ static void usage(void)
             "                    [--n N]  (W1 at this N only) [--w2-emptied]\n"
             "                    [--huge-pages]  (manual twheel with tw_options.huge_pages)\n"
             "                    [--w2sim-pause US[,US...]]  (W2sim again, spinning US us\n"
-            "                     after each advance; up to 4 pauses, 0..100000)\n");
+            "                     after each advance, or sleeping for USs; up to 4 pauses,\n"
+            "                     0..100000)\n");
     exit(2);
 }
 
@@ -2366,7 +2379,7 @@ static long whole_arg(const char *s, long lo, long hi)
 }
 
 /* --w2sim-pause's list: 1 to 4 whole numbers of µs, each 0..100000,
- * comma-separated. */
+ * comma-separated, each spun or, with an s after it, slept. */
 static void pauses_arg(const char *list)
 {
     char buf[128], *save = NULL;
@@ -2379,6 +2392,10 @@ static void pauses_arg(const char *list)
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (cfg.npauses == 4)
             usage();
+        size_t tl = strlen(t);
+        cfg.pause_slept[cfg.npauses] = tl > 1 && t[tl - 1] == 's';
+        if (cfg.pause_slept[cfg.npauses])
+            t[tl - 1] = 0;
         cfg.pause_us[cfg.npauses++] = whole_arg(t, 0, 100000);
     }
     if (!cfg.npauses)
@@ -2438,10 +2455,11 @@ int main(int argc, char **argv)
         bench_huge_pages = atoi(argv[5]) != 0;
         return w2sim_child(argv[2], (size_t)atol(argv[3]));
     }
-    if (argc == 7 && !strcmp(argv[1], "--w2pause-child")) {
+    if (argc == 8 && !strcmp(argv[1], "--w2pause-child")) {
         cfg.quick = atoi(argv[4]) != 0; /* W2's span (w2_span) */
         bench_huge_pages = atoi(argv[5]) != 0;
-        return w2pause_child(argv[2], (size_t)atol(argv[3]), (uint64_t)atol(argv[6]) * 1000u);
+        return w2pause_child(argv[2], (size_t)atol(argv[3]), (uint64_t)atol(argv[6]) * 1000u,
+                             atoi(argv[7]) != 0);
     }
     if (argc == 6 && !strcmp(argv[1], "--w3-child")) {
         bench_huge_pages = atoi(argv[5]) != 0;
