@@ -97,8 +97,8 @@ static struct {
     int callgrind_burst;  /* --callgrind-w1b N: --callgrind's, on W1b */
     size_t w1_n;          /* --n N: W1 at this N only (and W1+clock, W1r) */
     int w2_emptied;       /* --w2-emptied: W2 warm once more, no timer held */
-    long pause_us[4];     /* --w2sim-pause: W2sim once more each pause, µs, */
-    int pause_slept[4];   /* spun, or slept ("1000s") */
+    long pause_us[4];     /* --w2sim-pause: W2sim once more each pause, µs */
+    int pause_slept[4];   /* each spun, or slept ("1000s") */
     int npauses;
     FILE *csv;
     int plot_w1, plot_w2; /* this run wrote the plot's data */
@@ -2588,7 +2588,7 @@ int main(int argc, char **argv)
         run_w2();
     if (selected(cfg.only, "w2") || selected(cfg.only, "w2sim")) /* w2sim: this alone */
         run_w2_sim();
-    if (cfg.npauses && (selected(cfg.only, "w2") || selected(cfg.only, "w2sim")))
+    if (cfg.npauses) /* with w2 or w2sim among --only, checked above */
         run_w2_pause();
     if (selected(cfg.only, "w3"))
         run_w3();
